@@ -1,0 +1,68 @@
+# specdeploy: every target does its own set-up, so each works on a fresh clone.
+#   make deploy [HOST=user@host[:port]]   (no HOST: the local test bed)
+#   make test
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.specdeploy-installed
+# The venv first on PATH: ansible-lint and ansible-playbook find their siblings and our plugins.
+export PATH := $(abspath $(BIN)):$(PATH)
+TESTBED_HOSTS ?= 1
+# Optional, for HOST=...: SSH_KEY=path KNOWN_HOSTS=path
+TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KEY)') \
+              $(if $(KNOWN_HOSTS),--known-hosts '$(KNOWN_HOSTS)')
+# pytest exit 5 means "no tests collected": an empty optional suite is not a failure.
+PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
+           if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
+
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration deploy verify clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## Create .venv and install specdeploy with pinned dependencies
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "error: specdeploy needs Python >= 3.11 ($(PYTHON) is $$($(PYTHON) -V 2>&1)); set PYTHON=..." >&2; exit 2; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
+	  else echo "error: Python's venv module is missing: sudo apt-get install python3-venv" >&2; exit 2; fi; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@touch $@
+
+testbed: setup ## Bring up the local test bed (TESTBED_HOSTS=1)
+	$(BIN)/specdeploy testbed up --hosts $(TESTBED_HOSTS)
+
+testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
+	$(BIN)/specdeploy testbed down
+
+lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
+	$(BIN)/ansible-lint --profile production --strict
+	$(BIN)/yamllint --strict .
+	$(BIN)/ruff check src tests ansible
+	$(BIN)/ruff format --check src tests ansible
+	$(BIN)/mypy
+
+test-unit: setup ## Unit tests (no test bed)
+	@$(PYTEST) tests/unit
+
+test-integration: setup ## Integration tests against the test bed over real SSH
+	@$(PYTEST) tests/integration
+
+test: lint test-unit test-integration ## Everything CI runs, test bed included
+
+deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
+	$(BIN)/specdeploy deploy $(TARGET_ARGS)
+
+verify: setup ## testinfra host verification of HOST, or the local test bed
+	$(BIN)/specdeploy verify $(TARGET_ARGS)
+
+clean: testbed-down ## Remove the test bed and .venv (.state is kept)
+	rm -rf $(VENV)

@@ -1,0 +1,146 @@
+"""`specdeploy`: the command line. Every Makefile target is a thin call into this."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from specdeploy import __version__, inventory, testbed
+from specdeploy.errors import SpecdeployError
+from specdeploy.paths import project_root, state_dir
+from specdeploy.playbook import ansible_env, run_playbook
+from specdeploy.targets import SshSettings, Target, probe
+
+err = Console(stderr=True, highlight=False)
+
+
+def _existing_file(value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    return path.resolve()
+
+
+def _add_target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="user@host[:port]; default: the local test bed")
+    parser.add_argument("--ssh-key", type=_existing_file, help="private key for --host (default: ssh's own)")
+    parser.add_argument(
+        "--known-hosts",
+        type=_existing_file,
+        action="append",
+        default=[],
+        help="known_hosts file(s) for --host (default: ~/.ssh/known_hosts); host keys are always checked",
+    )
+
+
+def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
+    """The inventory to run against: the test bed's, or one generated for --host after a probe."""
+    if not args.host:
+        tb = testbed.paths()
+        if bring_up_testbed:
+            testbed.up(args.testbed_hosts)
+        elif not tb.inventory.is_file():
+            raise SpecdeployError(
+                "the local test bed is not up", hint="run `make deploy` or `make testbed` first"
+            )
+        return tb.inventory
+    target = Target.parse(args.host)
+    settings = SshSettings(known_hosts=tuple(args.known_hosts), identity_file=args.ssh_key)
+    probe(target, settings)
+    path = state_dir() / "targets" / target.name / "hosts.yml"
+    text = inventory.render(
+        [inventory.InventoryHost(target.host, target)], settings, "targets", f"--host {target}"
+    )
+    inventory.write(path, text)
+    return path
+
+
+def cmd_testbed(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        testbed.up(args.hosts)
+    elif args.action == "down":
+        testbed.down(purge=args.purge)
+    else:
+        rows = testbed.status()
+        for name, state, addr in rows:
+            print(f"{name}\t{state}\t{addr}")
+        if not rows:
+            print("the test bed is down")
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    inv = target_inventory(args, bring_up_testbed=True)
+    extra = ["--tags", args.tags] if args.tags else []
+    if args.check:
+        extra.append("--check")
+    run = run_playbook(inv, *extra)
+    if run.returncode != 0:
+        err.print(
+            f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above"
+        )
+        return 1
+    err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
+    err.print("next: make verify" + (f" HOST={args.host}" if args.host else ""))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    inv = target_inventory(args, bring_up_testbed=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(project_root() / "tests" / "verify"),
+        "-p",
+        "no:cacheprovider",
+        "--hosts=ansible://all",
+        f"--ansible-inventory={inv}",
+        "-v",
+    ]
+    return subprocess.run(cmd, cwd=project_root(), env=ansible_env(), check=False).returncode
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tb = sub.add_parser("testbed", help="the local test bed of SSH hosts on this machine's Docker engine")
+    tb.add_argument("action", choices=["up", "down", "status"])
+    tb.add_argument("--hosts", type=int, default=1, help="number of test hosts (default 1)")
+    tb.add_argument("--purge", action="store_true", help="with down: also delete the hosts' engine volumes")
+    tb.set_defaults(func=cmd_testbed)
+
+    dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
+    _add_target_args(dep)
+    dep.add_argument("--tags", help="phases to run: preflight,provision,build,deploy,verify")
+    dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
+    dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
+    dep.set_defaults(func=cmd_deploy)
+
+    ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
+    _add_target_args(ver)
+    ver.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecdeployError as exc:
+        err.print(f"[bold red]error:[/] {exc.message}")
+        if exc.hint:
+            err.print(f"  [yellow]hint:[/] {exc.hint}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""A deploy target named on the command line (`user@host[:port]`) and a real SSH probe of it.
+
+The probe runs before Ansible so that an unreachable host, a refused user or an unknown host
+key is reported as one clear sentence instead of an Ansible stack of UNREACHABLE output.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeploy.errors import SpecdeployError
+
+_USER = r"[a-z_][a-z0-9_.-]{0,31}"
+_HOSTNAME = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?"
+_TARGET = re.compile(
+    rf"^(?:(?P<user>{_USER})@)?(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>{_HOSTNAME}))(?::(?P<port>\d{{1,5}}))?$"
+)
+PROBE_TIMEOUT_S = 8
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    user: str | None = None
+    port: int = 22
+
+    @classmethod
+    def parse(cls, spec: str) -> Target:
+        match = _TARGET.match(spec.strip())
+        if not match:
+            raise SpecdeployError(
+                f"HOST={spec!r} is not a valid target",
+                hint="use HOST=host, HOST=user@host or HOST=user@host:port (IPv6: user@[::1]:22)",
+            )
+        port = int(match["port"] or 22)
+        if not 1 <= port <= 65535:
+            raise SpecdeployError(f"HOST={spec!r}: port {port} is outside 1-65535")
+        return cls(host=match["ipv6"] or match["host"], user=match["user"], port=port)
+
+    @property
+    def name(self) -> str:
+        """A filesystem- and inventory-safe name for this target."""
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.host}_{self.port}")
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.user + '@' if self.user else ''}{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How we talk SSH to a target: host keys are always verified against known_hosts files."""
+
+    known_hosts: tuple[Path, ...] = ()
+    identity_file: Path | None = None
+
+    def options(self) -> list[str]:
+        opts = ["-o", "StrictHostKeyChecking=yes"]
+        if self.known_hosts:
+            files = " ".join(str(p) for p in self.known_hosts)
+            opts += ["-o", f"UserKnownHostsFile={files}"]
+        if self.identity_file:
+            opts += ["-o", f"IdentityFile={self.identity_file}", "-o", "IdentitiesOnly=yes"]
+        return opts
+
+
+# The first pattern found in ssh's stderr decides the diagnosis; ssh exits 255 for all of them.
+_SSH_DIAGNOSES: tuple[tuple[str, str, str], ...] = (
+    (
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "the host key of {t} has CHANGED since it was recorded (possible man-in-the-middle, or a reinstall)",
+        "confirm the new key out of band, then remove the old entry: ssh-keygen -R '{kh}'",
+    ),
+    (
+        "Host key verification failed",
+        "the host key of {t} is not in known_hosts, and host keys are always verified",
+        "verify its fingerprint out of band, then: ssh-keyscan -p {port} {host} >> ~/.ssh/known_hosts",
+    ),
+    (
+        "Permission denied",
+        "SSH login as '{user}' was refused by {t}",
+        "check the user name (HOST=user@host) and that your key is in that user's authorized_keys",
+    ),
+    (
+        "Could not resolve hostname",
+        "cannot resolve host name '{host}'",
+        "check the spelling, or use the IP address",
+    ),
+    ("Connection refused", "{t} is unreachable: connection refused", "is sshd running there, on that port?"),
+    ("timed out", "{t} is unreachable: connection timed out", "check the address, routing and firewalls"),
+    ("No route to host", "{t} is unreachable: no route to host", "check the address and the network"),
+    ("Network is unreachable", "{t} is unreachable: network is unreachable", "check the address"),
+)
+
+
+def diagnose_ssh_failure(target: Target, stderr: str) -> SpecdeployError:
+    """Turn ssh's stderr into one actionable error."""
+    user = target.user or "(your local user name)"
+    fields = {"t": str(target), "host": target.host, "port": target.port, "user": user}
+    fields["kh"] = f"[{target.host}]:{target.port}" if target.port != 22 else target.host
+    for needle, message, hint in _SSH_DIAGNOSES:
+        if needle in stderr:
+            return SpecdeployError(message.format(**fields), hint=hint.format(**fields))
+    last = next((ln for ln in reversed(stderr.strip().splitlines()) if ln.strip()), "no output")
+    return SpecdeployError(f"SSH to {target} failed: {last}")
+
+
+def ssh_command(target: Target, settings: SshSettings, *remote: str) -> list[str]:
+    cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_TIMEOUT_S}", *settings.options()]
+    cmd += ["-p", str(target.port)]
+    if target.user:
+        cmd += ["-l", target.user]
+    return [*cmd, "--", target.host, *remote]
+
+
+def probe(target: Target, settings: SshSettings) -> None:
+    """Log in over real SSH and check Ansible can run there; raise a clear error if not."""
+    try:
+        result = subprocess.run(
+            ssh_command(target, settings, "command -v python3 || echo specdeploy-no-python3"),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S * 3,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise SpecdeployError(
+            "the 'ssh' client is not installed", hint="apt-get install openssh-client"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SpecdeployError(f"{target} did not answer SSH within {PROBE_TIMEOUT_S * 3} s") from exc
+    if result.returncode == 255:
+        raise diagnose_ssh_failure(target, result.stderr)
+    if "specdeploy-no-python3" in result.stdout:
+        raise SpecdeployError(
+            f"{target} has no python3, which Ansible needs on the target",
+            hint="install it there first: apt-get install -y python3",
+        )
+    if result.returncode != 0:
+        raise SpecdeployError(
+            f"probe command on {target} exited {result.returncode}: {result.stderr.strip()}"
+        )

@@ -1,0 +1,1 @@
+"""testinfra's `host` fixture comes from the pytest-testinfra plugin (--hosts=...)."""
