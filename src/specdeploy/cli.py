@@ -44,17 +44,13 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
         if bring_up_testbed:
             testbed.up(args.testbed_hosts)
         elif not tb.inventory.is_file():
-            raise SpecdeployError(
-                "the local test bed is not up", hint="run `make deploy` or `make testbed` first"
-            )
+            raise SpecdeployError("the local test bed is not up", hint="run `make deploy` or `make testbed` first")
         return tb.inventory
     target = Target.parse(args.host)
     settings = SshSettings(known_hosts=tuple(args.known_hosts), identity_file=args.ssh_key)
     probe(target, settings)
     path = state_dir() / "targets" / target.name / "hosts.yml"
-    text = inventory.render(
-        [inventory.InventoryHost(target.host, target)], settings, "targets", f"--host {target}"
-    )
+    text = inventory.render([inventory.InventoryHost(target.host, target)], settings, "targets", f"--host {target}")
     inventory.write(path, text)
     return path
 
@@ -80,9 +76,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         extra.append("--check")
     run = run_playbook(inv, *extra)
     if run.returncode != 0:
-        err.print(
-            f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above"
-        )
+        err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
         return 1
     err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
     err.print("next: make verify" + (f" HOST={args.host}" if args.host else ""))

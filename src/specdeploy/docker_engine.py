@@ -62,9 +62,7 @@ def _start_dockerd(log_path: Path) -> None:
     # No init system here (CI containers, sandboxes): run dockerd detached, logging to state.
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        subprocess.Popen(
-            ["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def ensure_engine(state: Path) -> DockerClient:
@@ -84,6 +82,4 @@ def ensure_engine(state: Path) -> DockerClient:
         if client is not None:
             return client
         time.sleep(0.5)
-    raise SpecdeployError(
-        f"dockerd did not answer within {START_TIMEOUT_S} s", hint=f"read its log: {log_path}"
-    )
+    raise SpecdeployError(f"dockerd did not answer within {START_TIMEOUT_S} s", hint=f"read its log: {log_path}")

@@ -41,9 +41,7 @@ def platform_problems(facts: Mapping[str, Any]) -> list[str]:
         )
     arch = str(facts.get("architecture", "unknown"))
     if arch not in SUPPORTED_ARCHITECTURES:
-        problems.append(
-            f"unsupported CPU architecture {arch}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
+        problems.append(f"unsupported CPU architecture {arch}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
     python = facts.get("python") or {}
     info = python.get("version_info") or []
     version = tuple(int(part) for part in info[:2]) if len(info) >= 2 else None
@@ -51,7 +49,6 @@ def platform_problems(facts: Mapping[str, Any]) -> list[str]:
         found = ".".join(str(p) for p in version) if version else "unknown"
         executable = python.get("executable", "python3")
         problems.append(
-            f"target Python {found} at {executable} is too old; "
-            f"need >= {'.'.join(map(str, MIN_TARGET_PYTHON))}"
+            f"target Python {found} at {executable} is too old; need >= {'.'.join(map(str, MIN_TARGET_PYTHON))}"
         )
     return problems

@@ -127,9 +127,7 @@ def probe(target: Target, settings: SshSettings) -> None:
             check=False,
         )
     except FileNotFoundError as exc:
-        raise SpecdeployError(
-            "the 'ssh' client is not installed", hint="apt-get install openssh-client"
-        ) from exc
+        raise SpecdeployError("the 'ssh' client is not installed", hint="apt-get install openssh-client") from exc
     except subprocess.TimeoutExpired as exc:
         raise SpecdeployError(f"{target} did not answer SSH within {PROBE_TIMEOUT_S * 3} s") from exc
     if result.returncode == 255:
@@ -140,6 +138,4 @@ def probe(target: Target, settings: SshSettings) -> None:
             hint="install it there first: apt-get install -y python3",
         )
     if result.returncode != 0:
-        raise SpecdeployError(
-            f"probe command on {target} exited {result.returncode}: {result.stderr.strip()}"
-        )
+        raise SpecdeployError(f"probe command on {target} exited {result.returncode}: {result.stderr.strip()}")

@@ -173,6 +173,10 @@ def ensure_ssh_key(tb: TestbedPaths) -> None:
     )
 
 
+def _key_fingerprint(tb: TestbedPaths) -> str:
+    return hashlib.sha256(tb.key.with_suffix(".pub").read_bytes()).hexdigest()[:16]
+
+
 def _run_host(client: DockerClient, name: str, image: str, port: int, tb: TestbedPaths) -> Container:
     # Docker-in-Docker with systemd as PID 1. --privileged is refused on this kernel (no
     # CAP_SYS_RESOURCE in the bounding set), so: every capability but that one, unconfined
@@ -193,12 +197,13 @@ def _run_host(client: DockerClient, name: str, image: str, port: int, tb: Testbe
             str(tb.key.with_suffix(".pub")): {"bind": "/etc/specdeploy/authorized_keys", "mode": "ro"},
         },
         ports={"22/tcp": ("127.0.0.1", port)},
-        labels={LABEL: name, f"{LABEL}.port": str(port)},
+        labels={LABEL: name, f"{LABEL}.port": str(port), f"{LABEL}.key": _key_fingerprint(tb)},
     )
 
 
 def _require_free_port(port: int) -> None:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use"
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as exc:
@@ -214,16 +219,12 @@ def _wait_for_host_key(container: Container) -> list[str]:
     while time.monotonic() < deadline:
         container.reload()
         if container.status != "running":
-            raise SpecdeployError(
-                f"test host {container.name} stopped while booting: {container.logs()[-500:]!r}"
-            )
+            raise SpecdeployError(f"test host {container.name} stopped while booting: {container.logs()[-500:]!r}")
         code, out = container.exec_run(
             ["sh", "-c", "systemctl is-active --quiet ssh && cat /etc/ssh/ssh_host_*_key.pub"]
         )
         if code == 0 and out.strip():
-            return [
-                line.split()[0] + " " + line.split()[1] for line in out.decode().splitlines() if line.strip()
-            ]
+            return [line.split()[0] + " " + line.split()[1] for line in out.decode().splitlines() if line.strip()]
         time.sleep(0.5)
     raise SpecdeployError(f"test host {container.name} did not start sshd within {BOOT_TIMEOUT_S} s")
 
@@ -246,8 +247,13 @@ def start_host(client: DockerClient, name: str, port: int, image: str | None = N
     image = image or ensure_host_image(client)
     try:
         container = client.containers.get(container_name(name))
+        stale = None
         if container.image and image not in container.image.tags:
-            with step(f"Replacing {name} (its image is outdated)"):
+            stale = "its image is outdated"
+        elif container.labels.get(f"{LABEL}.key") != _key_fingerprint(tb):
+            stale = "it trusts another checkout's SSH key"
+        if stale:
+            with step(f"Replacing {name} ({stale})"):
                 container.remove(force=True)
             raise NotFound("replaced")
         if container.labels.get(f"{LABEL}.port") != str(port):

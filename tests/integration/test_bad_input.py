@@ -1,0 +1,83 @@
+"""Bad input gets one clear sentence and a hint, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from specdeploy import testbed
+
+from .helpers import ROOT, assert_clear_error, free_port, specdeploy, tb_args
+
+pytestmark = pytest.mark.integration
+
+
+def test_unreachable_host(testbed_up):
+    result = specdeploy("deploy", "--host", f"deploy@127.0.0.1:{free_port()}", *tb_args())
+    assert_clear_error(result, "unreachable: connection refused")
+    assert "PLAY" not in result.output  # stopped before Ansible touched anything
+
+
+def test_wrong_ssh_user(testbed_up):
+    port = testbed.port_base()
+    result = specdeploy("deploy", "--host", f"nosuchuser@127.0.0.1:{port}", *tb_args())
+    assert_clear_error(result, "SSH login as 'nosuchuser' was refused", "hint:")
+
+
+def test_unknown_host_key_is_refused_not_trusted(testbed_up, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    port = testbed.port_base()
+    key = str(testbed.paths().key)
+    result = specdeploy("deploy", "--host", f"deploy@127.0.0.1:{port}", "--ssh-key", key, "--known-hosts", str(empty))
+    assert_clear_error(result, "is not in known_hosts", "ssh-keyscan")
+    assert empty.read_text() == ""  # nothing was learned on first use
+
+
+def test_unsupported_os_on_the_target(throwaway_host, docker_client):
+    # A real host whose release says Ubuntu 20.04: Ansible's own fact gathering must see it.
+    container = docker_client.containers.get(testbed.container_name(throwaway_host.name))
+    release = 'NAME="Ubuntu"\nVERSION_ID="20.04"\nID=ubuntu\nID_LIKE=debian\nVERSION_CODENAME=focal\n'
+    code, out = container.exec_run(["sh", "-c", f"rm -f /etc/os-release && printf '{release}' > /etc/os-release"])
+    assert code == 0, out
+    result = specdeploy("deploy", "--host", str(throwaway_host.target), *tb_args())
+    assert_clear_error(result, "unsupported OS Ubuntu 20.04", "Use a supported release")
+    assert "deploy failed" in result.output
+
+
+def test_missing_docker_permission_on_the_controller(testbed_up):
+    # A user outside the docker group: the engine socket refuses it. Debian's python3 runs
+    # this venv's packages, since the venv's interpreter may sit under root's home.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), sysconfig.get_paths()["purelib"]]),
+        "HOME": "/tmp",
+    }
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-m",
+            "specdeploy.cli",
+            "testbed",
+            "up",
+        ],
+        cwd="/tmp",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert "no permission to use the Docker engine" in output and "docker' group" in output, output
+    assert "Traceback" not in output
+    assert sys.version_info >= (3, 11)

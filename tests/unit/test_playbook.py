@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from specdeploy.playbook import parse_recap
+
+OUTPUT = """
+PLAY RECAP *********************************************************************
+testbed-1                  : ok=6    changed=2    unreachable=0    failed=0    skipped=1    rescued=0    ignored=0
+testbed-2                  : ok=5    changed=0    unreachable=1    failed=0    skipped=0    rescued=0    ignored=0
+
+deploy ok
+"""
+
+
+def test_parse_recap_reads_every_host():
+    recap = parse_recap("PLAY RECAP ****\nold : ok=1 changed=9\n" + OUTPUT)
+    assert set(recap) == {"testbed-1", "testbed-2"}
+    assert recap["testbed-1"]["changed"] == 2
+    assert recap["testbed-2"]["unreachable"] == 1
+
+
+def test_parse_recap_without_a_recap_is_empty():
+    assert parse_recap("ERROR! the playbook could not be found") == {}
