@@ -8,7 +8,7 @@ from specdeploy import testbed
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.paths import state_dir
 
-from .helpers import Result, specdeploy
+from .helpers import TIMINGS, Result, record_timing, specdeploy
 
 
 @pytest.fixture(scope="session")
@@ -16,7 +16,7 @@ def testbed_up() -> Result:
     """`specdeploy testbed up`, once per session; its duration shows cold vs warm."""
     result = specdeploy("testbed", "up")
     assert result.returncode == 0, result.output
-    print(f"\n[timing] testbed up: {result.seconds:.1f} s")
+    record_timing("testbed up (first in this session)", result.seconds)
     return result
 
 
@@ -34,3 +34,10 @@ def throwaway_host(docker_client, request):
     testbed.add_known_host(host)
     yield host
     testbed.remove_host(docker_client, name, purge=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TIMINGS:
+        terminalreporter.section("specdeploy timings")
+        for line in TIMINGS:
+            terminalreporter.write_line(line)

@@ -16,6 +16,13 @@ ROOT = project_root()
 CLI = [sys.executable, "-m", "specdeploy.cli"]
 
 
+TIMINGS: list[str] = []  # printed in pytest's terminal summary (see conftest)
+
+
+def record_timing(label: str, seconds: float) -> None:
+    TIMINGS.append(f"{label}: {seconds:.1f} s")
+
+
 @dataclass
 class Result:
     returncode: int

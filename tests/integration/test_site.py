@@ -7,7 +7,7 @@ import pytest
 from specdeploy.playbook import parse_recap
 from specdeploy.testbed import container_name, host_name
 
-from .helpers import specdeploy
+from .helpers import record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,8 @@ def test_site_yml_succeeds_then_converges_then_verifies(testbed_up, docker_clien
     second = specdeploy("deploy")
     assert second.returncode == 0, second.output
     assert parse_recap(second.output)["testbed-1"]["changed"] == 0, second.output
-    print(f"\n[timing] site.yml first run: {first.seconds:.1f} s, second run: {second.seconds:.1f} s")
+    record_timing("site.yml first run", first.seconds)
+    record_timing("site.yml second run (converged)", second.seconds)
 
     verify = specdeploy("verify")
     assert verify.returncode == 0, verify.output
@@ -38,7 +39,7 @@ def test_testbed_up_again_changes_nothing(testbed_up, docker_client):
     assert "Starting" not in again.output and "Building" not in again.output, again.output
     container.reload()
     assert container.attrs["State"]["StartedAt"] == started
-    print(f"\n[timing] testbed up (warm): {again.seconds:.1f} s")
+    record_timing("testbed up (warm)", again.seconds)
 
 
 def test_verify_only_tags_run_the_verify_play(testbed_up):
