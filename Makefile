@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration deploy verify clean
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration bench deploy verify clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -46,8 +46,8 @@ testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
 lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ansible-lint --profile production --strict
 	$(BIN)/yamllint --strict .
-	$(BIN)/ruff check src tests ansible
-	$(BIN)/ruff format --check src tests ansible
+	$(BIN)/ruff check src tests ansible bench
+	$(BIN)/ruff format --check src tests ansible bench
 	$(BIN)/mypy
 
 test-unit: setup ## Unit tests (no test bed)
@@ -57,6 +57,9 @@ test-integration: setup ## Integration tests against the test bed over real SSH
 	@$(PYTEST) tests/integration
 
 test: lint test-unit test-integration ## Everything CI runs, test bed included
+
+bench: setup ## Benchmarks (not tests): patch apply + verify on real vLLM releases
+	$(BIN)/python bench/bench_patch.py
 
 deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
 	$(BIN)/specdeploy deploy $(TARGET_ARGS)

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from specdeploy import __version__, inventory, testbed
 from specdeploy.errors import SpecdeployError
+from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import ansible_env, run_playbook
 from specdeploy.targets import SshSettings, Target, probe
@@ -99,6 +100,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return subprocess.run(cmd, cwd=project_root(), env=ansible_env(), check=False).returncode
 
 
+def cmd_patch(args: argparse.Namespace) -> int:
+    return patch_commands.run(args.action, args.engine, Path(args.site_packages), args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
@@ -120,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
     _add_target_args(ver)
     ver.set_defaults(func=cmd_verify)
+
+    pat = sub.add_parser("patch", help="engine patch sets for EAGLE-3 on DeepSeek-V3 / Kimi-K2.5 targets")
+    pat.add_argument("action", choices=["plan", "apply", "verify"])
+    pat.add_argument("--engine", choices=["vllm", "sglang"], required=True)
+    pat.add_argument("--site-packages", required=True, help="the engine's site-packages directory")
+    pat.add_argument("--python", help="verify: interpreter for the import probe (default: this one)")
+    pat.add_argument("--diff", action="store_true", help="plan: show the unified diff")
+    pat.add_argument(
+        "--fix", action="store_true", help="verify: quarantine a shadowing triton_kernels that lacks symbols"
+    )
+    pat.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+    pat.set_defaults(func=cmd_patch)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Engine patch sets: structural libcst codemods, applied atomically and proven afterwards."""
