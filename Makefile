@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration bench deploy verify clean
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e bench deploy verify clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -56,10 +56,14 @@ test-unit: setup ## Unit tests (no test bed)
 test-integration: setup ## Integration tests against the test bed over real SSH
 	@$(PYTEST) tests/integration
 
-test: lint test-unit test-integration ## Everything CI runs, test bed included
+test-e2e: setup ## e2e: a real vLLM (CPU build) started and watched; first run builds its venv (~70 s)
+	@$(PYTEST) tests/e2e
 
-bench: setup ## Benchmarks (not tests): patch apply + verify on real vLLM releases
+test: lint test-unit test-integration test-e2e ## Everything CI runs, test bed and real engine included
+
+bench: setup ## Benchmarks (not tests): patch apply+verify on real releases; watch latency and overhead
 	$(BIN)/python bench/bench_patch.py
+	$(BIN)/python bench/bench_watch.py
 
 deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
 	$(BIN)/specdeploy deploy $(TARGET_ARGS)

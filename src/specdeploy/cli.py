@@ -15,6 +15,7 @@ from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import ansible_env, run_playbook
 from specdeploy.targets import SshSettings, Target, probe
+from specdeploy.watch import cli as watch_cli
 
 err = Console(stderr=True, highlight=False)
 
@@ -104,6 +105,14 @@ def cmd_patch(args: argparse.Namespace) -> int:
     return patch_commands.run(args.action, args.engine, Path(args.site_packages), args)
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    try:
+        return watch_cli.run(args)
+    except SpecdeployError as exc:  # 2 means STALLED here, so bad input gets its own code
+        err.print(f"[bold red]error:[/] {exc}")
+        return watch_cli.BAD_INPUT
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
@@ -137,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pat.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     pat.set_defaults(func=cmd_patch)
+
+    wat = sub.add_parser("watch", help="watch an engine start: READY / FAILED / STALLED, with the root cause")
+    watch_cli.add_arguments(wat)
+    wat.set_defaults(func=cmd_watch)
     return parser
 
 

@@ -15,6 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedTokenizerFast
+
 VOCAB = 2048
 DRAFT_VOCAB = 1024
 SPECIALS = ["<|begin|>", "<|end|>", "<|user|>", "<|assistant|>", "<|pad|>"]
@@ -85,9 +90,6 @@ def drafter_config(target: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -106,9 +108,6 @@ def train_tokenizer(out: Path) -> None:
 
 
 def make_target(out: Path, always_accept: bool) -> dict[str, Any]:
-    import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
     torch.manual_seed(0)
     cfg = target_config()
     model = DeepseekV3ForCausalLM(DeepseekV3Config(**cfg)).to(torch.bfloat16)
@@ -125,9 +124,6 @@ def make_target(out: Path, always_accept: bool) -> dict[str, Any]:
 
 
 def make_drafter(out: Path, target: dict[str, Any], always_accept: bool) -> None:
-    import torch
-    from safetensors.torch import save_file
-
     torch.manual_seed(1)
     cfg = drafter_config(target)
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]

@@ -1,0 +1,1 @@
+"""`specdeploy watch`: the startup watchdog (liveness, root cause, progress, stalls, readiness)."""

@@ -1,0 +1,200 @@
+"""Where the engine runs: a host process, or a Docker container (local or over SSH).
+
+Liveness comes from process or container state and exit codes, never from log text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+SIGKILL_EXIT = 137
+
+
+@dataclass(frozen=True)
+class Liveness:
+    alive: bool
+    exit_code: int | None = None
+    state: str = ""  # "running", "stopped (SIGSTOP)", "exited", ...
+    oom_killed: bool = False
+    restarts: int = 0
+
+
+class Source(Protocol):
+    description: str
+
+    def read_new(self) -> list[str]: ...
+    def liveness(self) -> Liveness: ...
+    def dump_stacks(self) -> str: ...
+    def gpu_memory_mib(self) -> int | None: ...
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _children(pid: int) -> list[int]:
+    """All descendants of pid (engine core and workers are child processes)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def py_spy_binary(pid: int | None = None) -> str | None:
+    """py-spy next to the engine's own interpreter or launcher (its venv/image), else ours, else PATH."""
+    dirs = [Path(sys.executable).parent]
+    if pid is not None:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            dirs.insert(0, Path(argv0).parent)
+        except (OSError, UnicodeDecodeError, IndexError):
+            pass
+    for directory in dirs:
+        if (directory / "py-spy").is_file():
+            return str(directory / "py-spy")
+    return shutil.which("py-spy")
+
+
+class ProcessSource:
+    """An engine started on this machine: its pid, and the file its output goes to."""
+
+    def __init__(self, pid: int, log_file: Path, popen: subprocess.Popen[Any] | None = None, py_spy: str | None = None):
+        self.pid, self.log_file, self.popen = pid, log_file, popen
+        self.py_spy = py_spy or py_spy_binary(pid)
+        self.description = f"pid {pid} (log {log_file})"
+        self._offset = 0
+        self._partial = ""
+
+    def read_new(self) -> list[str]:
+        try:
+            with self.log_file.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        text = self._partial + data.decode(errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()  # an unfinished line waits for its end
+        return [ln.rstrip("\r") for ln in lines]
+
+    def liveness(self) -> Liveness:
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is not None:
+                return Liveness(False, 128 - code if code < 0 else code, "exited")
+        state = _proc_state(self.pid)
+        if state is None or state in {"Z", "X"}:
+            code = None
+            if self.popen is None:
+                try:  # our child after all (e.g. started by a wrapper we exec'd)
+                    _, status = os.waitpid(self.pid, os.WNOHANG)
+                    code = os.waitstatus_to_exitcode(status) if status else None
+                except ChildProcessError:
+                    pass
+            return Liveness(False, 128 - code if code is not None and code < 0 else code, "exited")
+        return Liveness(True, None, "stopped (SIGSTOP)" if state in {"T", "t"} else "running")
+
+    def dump_stacks(self) -> str:
+        if not self.py_spy:
+            return "py-spy is not installed here; no stack dump"
+        dumps = []
+        for pid in [self.pid, *_children(self.pid)]:
+            proc = subprocess.run([self.py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60,
+                                  check=False)  # fmt: skip
+            dumps.append(f"=== py-spy dump --pid {pid} (exit {proc.returncode})\n{proc.stdout}{proc.stderr}")
+        return "\n".join(dumps)
+
+    def gpu_memory_mib(self) -> int | None:
+        return _nvidia_smi_used(["nvidia-smi"])
+
+
+def _nvidia_smi_used(prefix: list[str]) -> int | None:
+    if shutil.which(prefix[0]) is None and prefix == ["nvidia-smi"]:
+        return None
+    try:
+        proc = subprocess.run([*prefix, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    values = [int(v) for v in re.findall(r"^\s*(\d+)\s*$", proc.stdout, re.M)]
+    return sum(values) if proc.returncode == 0 and values else None
+
+
+class ContainerSource:
+    """An engine container, through the Docker SDK (a local engine or `ssh://user@host`)."""
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.description = f"container {container.name}"
+        self._since: Any = None
+        self._seen_at_since: set[str] = set()
+
+    def read_new(self) -> list[str]:
+        raw = self.container.logs(stdout=True, stderr=True, timestamps=True, since=self._since)
+        lines = []
+        for entry in raw.decode(errors="replace").splitlines():
+            stamp, _, text = entry.partition(" ")
+            if stamp == self._since_stamp() and entry in self._seen_at_since:
+                continue
+            lines.append((stamp, entry, text))
+        if lines:
+            last = lines[-1][0]
+            self._seen_at_since = {e for s, e, _ in lines if s == last}
+            self._since = _parse_stamp(last)
+            self._last_stamp = last
+        return [text for _, _, text in lines]
+
+    def _since_stamp(self) -> str | None:
+        return getattr(self, "_last_stamp", None)
+
+    def liveness(self) -> Liveness:
+        self.container.reload()
+        state = self.container.attrs["State"]
+        restarts = int(self.container.attrs.get("RestartCount", 0))
+        if state.get("Running") and not state.get("Restarting"):
+            return Liveness(True, None, "paused" if state.get("Paused") else "running", False, restarts)
+        return Liveness(False, int(state.get("ExitCode", 0)), state.get("Status", "exited"),
+                        bool(state.get("OOMKilled")), restarts)  # fmt: skip
+
+    def dump_stacks(self) -> str:
+        script = (
+            "for p in /proc/[0-9]*; do n=${p#/proc/}; "
+            "if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q python; then "
+            'echo "=== py-spy dump --pid $n"; py-spy dump --pid $n 2>&1; fi; done'
+        )
+        code, out = self.container.exec_run(["sh", "-c", script])
+        return out.decode(errors="replace") if code == 0 else f"stack dump failed ({code}): {out[-500:]!r}"
+
+    def gpu_memory_mib(self) -> int | None:
+        code, out = self.container.exec_run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        values = [int(v) for v in re.findall(r"^\s*(\d+)\s*$", out.decode(errors="replace"), re.M)]
+        return sum(values) if code == 0 and values else None
+
+
+def _parse_stamp(stamp: str) -> datetime:
+    # Docker gives RFC 3339 with nanoseconds; datetime keeps microseconds.
+    trimmed = re.sub(r"(\.\d{6})\d*", r"\1", stamp.replace("Z", "+00:00"))
+    return datetime.fromisoformat(trimmed)
