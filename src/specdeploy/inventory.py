@@ -6,6 +6,7 @@ keys against the same known_hosts files.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ def render(hosts: Iterable[InventoryHost], ssh: SshSettings, group: str, source:
         if h.target.user:
             entry["ansible_user"] = h.target.user
         entries[h.name] = entry
-    group_vars: dict[str, object] = {"ansible_ssh_common_args": " ".join(ssh.options())}
+    # shlex-quoted: Ansible splits this string like a shell, and a known_hosts list holds spaces.
+    group_vars: dict[str, object] = {"ansible_ssh_common_args": shlex.join(ssh.options())}
     if ssh.identity_file:
         group_vars["ansible_ssh_private_key_file"] = str(ssh.identity_file)
     doc = {"all": {"children": {group: {"hosts": entries, "vars": group_vars}}}}

@@ -1,7 +1,7 @@
 """Docker SDK clients for a local engine or `ssh://user@host[:port]`, with host keys verified.
 
 docker-py's paramiko transport loads only ~/.ssh/known_hosts and rejects unknown keys; this
-adds the project's known_hosts files (the test bed's) and identity before it connects.
+adds the given known_hosts files (e.g. the test bed's) and identity before it connects.
 """
 
 from __future__ import annotations
@@ -36,14 +36,7 @@ def docker_client(
         return DockerClient.from_env()
     if not docker_host.startswith("ssh://"):
         return DockerClient(base_url=docker_host)
-    from specdeploy import testbed  # noqa: PLC0415 (avoid a cycle)
-
-    tb = testbed.paths()
-    adapter_cls: Any = type(
-        "Adapter",
-        (_VerifiedSSHAdapter,),
-        {"known_hosts": (*known_hosts, tb.known_hosts), "identity": identity or (tb.key if tb.key.is_file() else None)},
-    )
+    adapter_cls: Any = type("Adapter", (_VerifiedSSHAdapter,), {"known_hosts": known_hosts, "identity": identity})
     import docker.api.client as api_client  # noqa: PLC0415
 
     original = api_client.SSHHTTPAdapter

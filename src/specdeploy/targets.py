@@ -7,9 +7,15 @@ key is reported as one clear sentence instead of an Ansible stack of UNREACHABLE
 from __future__ import annotations
 
 import re
+import shlex
+import socket
 import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specdeploy.errors import SpecdeployError
 
@@ -58,6 +64,8 @@ class SshSettings:
     identity_file: Path | None = None
 
     def options(self) -> list[str]:
+        if any(any(c.isspace() for c in str(p)) for p in self.known_hosts):
+            raise SpecdeployError("a known_hosts path contains whitespace, which ssh cannot take in a list")
         opts = ["-o", "StrictHostKeyChecking=yes"]
         if self.known_hosts:
             files = " ".join(str(p) for p in self.known_hosts)
@@ -65,6 +73,51 @@ class SshSettings:
         if self.identity_file:
             opts += ["-o", f"IdentityFile={self.identity_file}", "-o", "IdentitiesOnly=yes"]
         return opts
+
+
+def from_hostvars(hostvars: Mapping[str, Any]) -> tuple[Target, SshSettings]:
+    """The target and SSH settings of an inventory host (as our generated inventories write them)."""
+    host = str(hostvars.get("ansible_host") or hostvars.get("inventory_hostname"))
+    user = hostvars.get("ansible_user")
+    target = Target(host=host, user=str(user) if user else None, port=int(hostvars.get("ansible_port") or 22))
+    known: tuple[Path, ...] = ()
+    args = shlex.split(str(hostvars.get("ansible_ssh_common_args") or ""))
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "-o" and i + 1 < len(args) else ""
+        if value.startswith("UserKnownHostsFile="):
+            known = tuple(Path(p) for p in value.split("=", 1)[1].split())
+    key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file")
+    return target, SshSettings(known_hosts=known, identity_file=Path(str(key)) if key else None)
+
+
+@contextmanager
+def forward_port(target: Target, settings: SshSettings, remote_port: int) -> Iterator[int]:
+    """`ssh -L`: the target's 127.0.0.1:remote_port on a free local port, for as long as needed.
+
+    Engines bind their API to the host's loopback by default; readiness is proven through this.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        local = int(sock.getsockname()[1])
+    cmd = ssh_command(target, settings)
+    at = cmd.index("--")
+    cmd[at:at] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:127.0.0.1:{remote_port}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + PROBE_TIMEOUT_S * 2
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise diagnose_ssh_failure(target, proc.stderr.read() if proc.stderr else "")
+            with socket.socket() as probe_sock:
+                if probe_sock.connect_ex(("127.0.0.1", local)) == 0:
+                    break
+            time.sleep(0.1)
+        else:
+            raise SpecdeployError(f"the SSH port forward to {target} port {remote_port} did not come up")
+        yield local
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # The first pattern found in ssh's stderr decides the diagnosis; ssh exits 255 for all of them.

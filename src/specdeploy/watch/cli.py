@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--log-file", type=Path, help="file the engine's stdout+stderr go to")
     src.add_argument("--container", help="engine container name or id")
     src.add_argument("--docker-host", help="engine's Docker host, e.g. ssh://deploy@gpu-1 (default: local)")
+    src.add_argument("--known-hosts", type=Path, action="append", default=[], help="extra known_hosts for ssh://")
+    src.add_argument("--ssh-key", type=Path, help="private key for ssh:// (default: ssh's own)")
     parser.add_argument("--url", help="engine base URL for readiness, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model", help="served model name (default: the first one /v1/models lists)")
     parser.add_argument("--tokens", type=int, default=8, help="tokens in the readiness completion (default 8)")
@@ -49,7 +51,7 @@ def build_source(args: argparse.Namespace) -> Source:
             raise SpecdeployError("use either --container or --pid/--log-file, not both")
         from specdeploy.remote_docker import docker_client  # noqa: PLC0415 (SSH client only when needed)
 
-        client = docker_client(args.docker_host)
+        client = docker_client(args.docker_host, tuple(args.known_hosts), args.ssh_key)
         try:
             return ContainerSource(client.containers.get(args.container))
         except Exception as exc:

@@ -82,7 +82,7 @@ class ProcessSource:
 
     def __init__(self, pid: int, log_file: Path, popen: subprocess.Popen[Any] | None = None, py_spy: str | None = None):
         self.pid, self.log_file, self.popen = pid, log_file, popen
-        self.py_spy = py_spy or py_spy_binary(pid)
+        self.py_spy = py_spy  # resolved at dump time: right after exec, /proc/PID/cmdline can be empty
         self.description = f"pid {pid} (log {log_file})"
         self._offset = 0
         self._partial = ""
@@ -118,6 +118,7 @@ class ProcessSource:
         return Liveness(True, None, "stopped (SIGSTOP)" if state in {"T", "t"} else "running")
 
     def dump_stacks(self) -> str:
+        self.py_spy = self.py_spy or py_spy_binary(self.pid)
         if not self.py_spy:
             return "py-spy is not installed here; no stack dump"
         dumps = []

@@ -1,0 +1,93 @@
+"""The watchdog against a container on a test host: Docker SDK over SSH (host keys verified),
+through the `specdeploy_watch` Ansible action, and the SSH port forward used for readiness."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+import pytest
+from docker.errors import NotFound
+
+from specdeploy import testbed
+from specdeploy.errors import SpecdeployError
+from specdeploy.images import ensure_image_on
+from specdeploy.playbook import run_playbook
+from specdeploy.remote_docker import docker_client
+from specdeploy.targets import forward_port
+
+pytestmark = pytest.mark.integration
+
+CRASH = (
+    'echo "(APIServer pid=1) INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version 0.32.0"; sleep 2; '
+    'echo "(EngineCore_DP0 pid=7) ERROR 11-29 10:00:02 [core.py:1] Traceback (most recent call last):"; '
+    'echo "(EngineCore_DP0 pid=7) ERROR 11-29 10:00:02 [core.py:1]   File \\"/opt/venv/vllm/config/parallel.py\\", '
+    'line 42, in verify"; '
+    'echo "(EngineCore_DP0 pid=7) ERROR 11-29 10:00:02 [core.py:1] ValueError: tensor_parallel_size 8 > 1 GPUs"; '
+    "exit 3"
+)
+
+
+@pytest.fixture(scope="module")
+def remote(testbed_up, docker_client):
+    tb = testbed.paths()
+    client = docker_client_for_host(tb)
+    ensure_image_on(client, docker_client, testbed.BASE_IMAGE)
+    return client
+
+
+def docker_client_for_host(tb):
+    return docker_client(f"ssh://{testbed.SSH_USER}@127.0.0.1:{testbed.port_base()}", (tb.known_hosts,), tb.key)
+
+
+def start(remote, name: str, script: str):
+    with contextlib.suppress(NotFound):
+        remote.containers.get(name).remove(force=True)
+    return remote.containers.run(testbed.BASE_IMAGE, ["sh", "-c", script], name=name, detach=True)
+
+
+def test_action_names_the_root_cause_of_a_crashed_container(remote):
+    container = start(remote, "watch-crash", CRASH)
+    try:
+        run = run_playbook(testbed.paths().inventory, "-e", "watch_container=watch-crash",
+                           playbook="tests/integration/playbooks/watch_container.yml")  # fmt: skip
+    finally:
+        container.remove(force=True)
+    assert run.returncode != 0
+    assert run.recap["testbed-1"]["failed"] == 1
+    assert "FAILED" in run.output
+    assert "ValueError: tensor_parallel_size 8 > 1 GPUs at /opt/venv/vllm/config/parallel.py:42" in run.output
+    assert "[EngineCore_DP0]" in run.output and "exit 3" in run.output
+
+
+def test_action_reports_a_sigkill_without_traceback_as_killed(remote):
+    # SIGKILL from outside, as the OOM killer does (PID 1 cannot SIGKILL itself).
+    container = start(remote, "watch-killed", "echo loading weights; sleep 60")
+    killer = threading.Timer(4.0, container.kill)
+    killer.start()
+    try:
+        run = run_playbook(testbed.paths().inventory, "-e", "watch_container=watch-killed",
+                           playbook="tests/integration/playbooks/watch_container.yml")  # fmt: skip
+    finally:
+        killer.cancel()
+        container.remove(force=True)
+    assert run.recap["testbed-1"]["failed"] == 1
+    assert "killed by SIGKILL with no traceback (likely the OOM killer)" in run.output
+    assert "exit_code: 137" in run.output
+
+
+def test_unknown_host_key_is_refused_by_the_docker_ssh_transport(testbed_up, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(SpecdeployError, match="not found in known_hosts"):
+        docker_client(f"ssh://deploy@127.0.0.1:{testbed.port_base()}", (empty,), testbed.paths().key)
+
+
+def test_port_forward_reaches_the_hosts_loopback(testbed_up):
+    host = testbed.TestHost("testbed-1", testbed.port_base(), ())
+    with (
+        forward_port(host.target, testbed.paths().ssh(), 22) as local,
+        socket.create_connection(("127.0.0.1", local)) as s,
+    ):
+        assert s.recv(64).startswith(b"SSH-2.0-OpenSSH")
