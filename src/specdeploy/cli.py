@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
-from specdeploy import __version__, inventory, testbed
+from specdeploy import __version__, engine_image, inventory, testbed
 from specdeploy.errors import SpecdeployError
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
@@ -113,6 +114,33 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return watch_cli.BAD_INPUT
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    prof = engine_image.profile(args.profile)
+    if args.action == "render":
+        patch_digest = args.patch_digest or engine_image.expected_patch_digest(prof)
+        text = engine_image.render(
+            prof,
+            patch_digest=patch_digest,
+            drafter_digest=args.drafter_digest,
+            base_digest=args.base_digest,
+            sgl_kernel_build=args.sgl_kernel_build,
+        )
+        print(text, end="")
+        return 0
+    # One context per profile and drafter, so hosts building different drafters never share one.
+    dest = Path(args.dest) if args.dest else state_dir() / "build" / f"{prof.name}-{args.drafter_digest[7:19]}"
+    result = engine_image.prepare_context(
+        prof,
+        dest,
+        drafter_digest=args.drafter_digest,
+        base_digest=args.base_digest,
+        sgl_kernel_build=args.sgl_kernel_build,
+        wheel=Path(args.specdeploy_wheel) if args.specdeploy_wheel else None,
+    )
+    print(json.dumps(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
@@ -146,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pat.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     pat.set_defaults(func=cmd_patch)
+
+    img = sub.add_parser("image", help="engine images: render the Dockerfile, prepare a build context")
+    img.add_argument("action", choices=["render", "context"])
+    img.add_argument("--profile", required=True, help="vllm-cpu, vllm-cuda or sglang-cuda")
+    img.add_argument("--drafter-digest", required=True, help="sha256:... of the drafter (labels the image)")
+    img.add_argument("--base-digest", help="sha256:... pinning the GPU profiles' base image")
+    img.add_argument("--patch-digest", help="render: skip computing it from the real release")
+    img.add_argument("--sgl-kernel-build", default="auto", choices=engine_image.SGL_KERNEL_BUILD_MODES)
+    img.add_argument("--dest", help="context: the folder to fill")
+    img.add_argument("--specdeploy-wheel", help="context: install this specdeploy wheel in the image")
+    img.set_defaults(func=cmd_image)
 
     wat = sub.add_parser("watch", help="watch an engine start: READY / FAILED / STALLED, with the root cause")
     watch_cli.add_arguments(wat)

@@ -12,7 +12,8 @@ from rich.console import Console
 from specdeploy.patches import engine_install, patchset, triton_kernels
 from specdeploy.patches.verify import verify
 
-out = Console(stderr=True, highlight=False)
+# soft_wrap: build logs are not terminals, and a wrapped `file:line: reason` would be lost.
+out = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _plan(install: engine_install.EngineInstall, args: argparse.Namespace) -> tuple[int, dict[str, object]]:
@@ -53,6 +54,20 @@ def _apply(install: engine_install.EngineInstall, args: argparse.Namespace) -> t
     return 0, {"changed": [p.patch.path for p in written], "manifest": doc}
 
 
+def _triton(install: engine_install.EngineInstall, args: argparse.Namespace) -> tuple[int, dict[str, object]]:
+    """The image build's own layer: fail unless the triton_kernels vLLM will import is sound."""
+    if install.engine != "vllm":
+        out.print("triton_kernels: not applicable to", install.engine)
+        return 0, {"applicable": False}
+    report = triton_kernels.check(install)
+    moved: list[str] = []
+    if not report.ok and args.fix and report.shadowing:
+        moved = [str(p) for p in triton_kernels.quarantine_stray(install)]
+        report = triton_kernels.check(install)
+    out.print(f"triton_kernels: {report.summary()}" + (f" (moved aside: {moved})" if moved else ""))
+    return (0 if report.ok else 1), {"ok": report.ok, "missing": report.missing, "quarantined": moved}
+
+
 def _verify(install: engine_install.EngineInstall, args: argparse.Namespace) -> tuple[int, dict[str, object]]:
     report = verify(install, python=args.python)
     for check in report.checks:
@@ -86,12 +101,29 @@ def _verify(install: engine_install.EngineInstall, args: argparse.Namespace) -> 
     }
 
 
-ACTIONS = {"plan": _plan, "apply": _apply, "verify": _verify}
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["plan", "apply", "verify", "triton"])
+    parser.add_argument("--engine", choices=["vllm", "sglang"], required=True)
+    parser.add_argument("--site-packages", required=True, help="the engine's site-packages directory")
+    parser.add_argument("--python", help="verify: interpreter for the import probe (default: this one)")
+    parser.add_argument("--diff", action="store_true", help="plan: show the unified diff")
+    parser.add_argument("--fix", action="store_true", help="verify/triton: move a shadowing triton_kernels aside")
+    parser.add_argument("--expect-digest", help="apply: fail unless the manifest digest is this one")
+    parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+
+
+ACTIONS = {"plan": _plan, "apply": _apply, "verify": _verify, "triton": _triton}
 
 
 def run(action: str, engine: str, site_packages: Path, args: argparse.Namespace) -> int:
     install = engine_install.detect(engine, site_packages.resolve())
     code, result = ACTIONS[action](install, args)
+    expected = getattr(args, "expect_digest", None)
+    if code == 0 and expected and action == "apply":
+        got = result["manifest"]["digest"]  # type: ignore[index]
+        if got != expected:
+            out.print(f"[red]patch manifest digest {got} differs from the expected {expected}[/]")
+            code = 1
     if args.json:
         print(json.dumps({"engine": engine, "version": install.version, "action": action, **result}, default=str))
     return code

