@@ -15,12 +15,10 @@ from specdeploy import engine_image
 from specdeploy.errors import SpecdeployError
 from specdeploy.images import ensure_image_on
 from specdeploy.paths import state_dir
-from specdeploy.remote_docker import docker_client
-from specdeploy.targets import from_hostvars, ssh_command
+from specdeploy.remote_docker import docker_client, docker_client_for
+from specdeploy.targets import CONNECTION_VARS, from_hostvars, ssh_command
 
 display = Display()
-CONNECTION_VARS = ("inventory_hostname", "ansible_host", "ansible_port", "ansible_user", "ansible_ssh_common_args",
-                   "ansible_ssh_private_key_file", "ansible_private_key_file")  # fmt: skip
 
 
 class ActionModule(ActionBase):
@@ -36,8 +34,7 @@ class ActionModule(ActionBase):
         tag, context = str(args["tag"]), str(args["context"])
         try:
             if args.get("ship_base_image"):
-                user = f"{target.user}@" if target.user else ""
-                remote = docker_client(f"ssh://{user}{target.host}:{target.port}", ssh.known_hosts, ssh.identity_file)
+                remote = docker_client_for(target, ssh)
                 if ensure_image_on(remote, docker_client(None), str(args["ship_base_image"])):
                     display.display(f"shipped {args['ship_base_image']} to {target}")
         except SpecdeployError as exc:

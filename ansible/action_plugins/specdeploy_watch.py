@@ -10,18 +10,9 @@ from ansible.plugins.action import ActionBase
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
+from specdeploy.targets import CONNECTION_VARS
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
 from specdeploy.watch.watchdog import WatchOptions
-
-CONNECTION_VARS = (
-    "inventory_hostname",
-    "ansible_host",
-    "ansible_port",
-    "ansible_user",
-    "ansible_ssh_common_args",
-    "ansible_ssh_private_key_file",
-    "ansible_private_key_file",
-)
 
 
 class ActionModule(ActionBase):

@@ -13,6 +13,7 @@ from docker.client import DockerClient
 from docker.transport.sshconn import SSHHTTPAdapter
 
 from specdeploy.errors import SpecdeployError
+from specdeploy.targets import SshSettings, Target
 
 
 class _VerifiedSSHAdapter(SSHHTTPAdapter):  # type: ignore[misc]
@@ -47,3 +48,9 @@ def docker_client(
         raise SpecdeployError(f"cannot reach the Docker engine at {docker_host}: {exc}") from exc
     finally:
         api_client.SSHHTTPAdapter = original
+
+
+def docker_client_for(target: Target, ssh: SshSettings) -> DockerClient:
+    """The Docker engine on an SSH target, with the same host keys and identity as Ansible."""
+    user = f"{target.user}@" if target.user else ""
+    return docker_client(f"ssh://{user}{target.host}:{target.port}", ssh.known_hosts, ssh.identity_file)

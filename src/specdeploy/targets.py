@@ -75,6 +75,18 @@ class SshSettings:
         return opts
 
 
+# The host variables from_hostvars reads; action plugins template exactly these.
+CONNECTION_VARS = (
+    "inventory_hostname",
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_ssh_common_args",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+)
+
+
 def from_hostvars(hostvars: Mapping[str, Any]) -> tuple[Target, SshSettings]:
     """The target and SSH settings of an inventory host (as our generated inventories write them)."""
     host = str(hostvars.get("ansible_host") or hostvars.get("inventory_hostname"))

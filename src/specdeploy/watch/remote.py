@@ -11,7 +11,7 @@ from typing import Any
 from docker.errors import NotFound
 
 from specdeploy.errors import SpecdeployError
-from specdeploy.remote_docker import docker_client
+from specdeploy.remote_docker import docker_client_for
 from specdeploy.targets import forward_port, from_hostvars
 from specdeploy.watch.sources import ContainerSource
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
@@ -21,8 +21,7 @@ def watch_container_on_host(
     hostvars: Mapping[str, Any], container: str, api_port: int | None, options: WatchOptions
 ) -> Verdict:
     target, ssh = from_hostvars(hostvars)
-    user = f"{target.user}@" if target.user else ""
-    client = docker_client(f"ssh://{user}{target.host}:{target.port}", ssh.known_hosts, ssh.identity_file)
+    client = docker_client_for(target, ssh)
     try:
         source = ContainerSource(client.containers.get(container))
     except NotFound as exc:

@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from docker.errors import APIError
+
 SIGKILL_EXIT = 137
 
 
@@ -151,6 +153,7 @@ class ContainerSource:
         self.container = container
         self.description = f"container {container.name}"
         self._since: Any = None
+        self._no_nvidia_smi = False
         self._seen_at_since: set[str] = set()
 
     def read_new(self) -> list[str]:
@@ -186,11 +189,23 @@ class ContainerSource:
             "if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q python; then "
             'echo "=== py-spy dump --pid $n"; py-spy dump --pid $n 2>&1; fi; done'
         )
-        code, out = self.container.exec_run(["sh", "-c", script])
+        try:
+            code, out = self.container.exec_run(["sh", "-c", script])
+        except APIError as exc:
+            return f"stack dump failed: {exc}"
         return out.decode(errors="replace") if code == 0 else f"stack dump failed ({code}): {out[-500:]!r}"
 
     def gpu_memory_mib(self) -> int | None:
-        code, out = self.container.exec_run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        if self._no_nvidia_smi:
+            return None
+        try:
+            code, out = self.container.exec_run(
+                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+            )
+        except APIError:  # it died between two polls; liveness says so on the next one
+            return None
+        if code in (126, 127) or b"executable file not found" in out:
+            self._no_nvidia_smi = True  # a CPU image: stop asking
         values = [int(v) for v in re.findall(r"^\s*(\d+)\s*$", out.decode(errors="replace"), re.M)]
         return sum(values) if code == 0 and values else None
 

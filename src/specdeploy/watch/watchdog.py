@@ -25,6 +25,7 @@ from specdeploy.watch.stacks import summarise_stacks
 from specdeploy.watch.stages import Stage, recognise
 
 HEADLINE_MAX = 400
+GPU_SAMPLE_EVERY_S = 5.0  # nvidia-smi is slow (and remote for a container); logs are polled faster
 
 
 class Status(Enum):
@@ -80,6 +81,7 @@ class Watch:
         self.start = time.monotonic()
         self.last_progress = self.start
         self.gpu_mib: int | None = None
+        self._gpu_sampled_at = -GPU_SAMPLE_EVERY_S
         self.health: int | None = None
         self.probe = (
             ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
@@ -112,6 +114,10 @@ class Watch:
                     self.shards = (event.shards_done or 0, event.shards_total)
 
     def _sample_gpu(self) -> None:
+        now = time.monotonic()
+        if now - self._gpu_sampled_at < GPU_SAMPLE_EVERY_S:
+            return
+        self._gpu_sampled_at = now
         mib = self.source.gpu_memory_mib()
         if mib is not None and mib != self.gpu_mib:
             self.gpu_mib = mib
