@@ -11,6 +11,7 @@ from pathlib import Path
 from docker.client import DockerClient
 from docker.errors import DockerException
 
+from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 
 SOCKET = Path("/var/run/docker.sock")
@@ -37,19 +38,6 @@ def connect() -> DockerClient | None:
         return None
 
 
-def _install_docker_io() -> None:
-    if not _is_root():
-        raise SpecdeployError(
-            "no Docker engine is installed here",
-            hint="install it as root (apt-get install -y docker.io) or rerun this as root",
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "docker.io"]):
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise SpecdeployError(f"{' '.join(cmd)} failed: {result.stderr.strip()[-500:]}")
-
-
 def _start_dockerd(log_path: Path) -> None:
     if not _is_root():
         raise SpecdeployError(
@@ -73,7 +61,7 @@ def ensure_engine(state: Path) -> DockerClient:
     if os.environ.get("DOCKER_HOST"):
         raise SpecdeployError(f"the Docker engine at DOCKER_HOST={os.environ['DOCKER_HOST']} does not answer")
     if shutil.which("dockerd") is None:
-        _install_docker_io()
+        ensure_command("dockerd", "docker.io")
     log_path = state / "dockerd.log"
     _start_dockerd(log_path)
     deadline = time.monotonic() + START_TIMEOUT_S

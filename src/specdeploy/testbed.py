@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from docker.models.containers import Container
 from rich.console import Console
 
 from specdeploy import docker_engine, inventory
+from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import project_root, state_dir
 from specdeploy.targets import SshSettings, Target, probe
@@ -99,8 +99,7 @@ def ensure_base_image(client: DockerClient) -> str:
         pass
     if os.geteuid() != 0:
         raise SpecdeployError("building the Debian base image needs root (debootstrap)", hint="run as root")
-    if shutil.which("debootstrap") is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True, capture_output=True)
+    ensure_command("debootstrap", "debootstrap")
     with (
         step(f"Building {BASE_IMAGE} with debootstrap (about 40 s, once)"),
         tempfile.TemporaryDirectory(dir=state_dir()) as tmp,
@@ -164,6 +163,7 @@ def ensure_host_image(client: DockerClient) -> str:
 
 
 def ensure_ssh_key(tb: TestbedPaths) -> None:
+    ensure_command("ssh", "openssh-client")  # ssh-keygen and the ssh client the probe uses
     if tb.key.is_file():
         return
     tb.root.mkdir(parents=True, exist_ok=True)
