@@ -12,7 +12,6 @@ import py_compile
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +93,6 @@ def _base_names(cls: ast.ClassDef) -> set[str]:
     return {ast.unparse(b).split(".")[-1] for b in cls.bases}
 
 
-def _walk(node: ast.AST) -> Iterator[ast.AST]:
-    return ast.walk(node)
-
-
 def _self_attr(node: ast.AST, attr: str) -> bool:
     return (
         isinstance(node, ast.Attribute)
@@ -120,18 +115,18 @@ def _check_interface(src: _Source, cls: ast.ClassDef, methods: tuple[str, ...], 
 
 def _captures_aux_in_layer_loop(forward: ast.FunctionDef) -> bool:
     """A loop over the layers whose body appends `hidden_states + residual` when the index is listed."""
-    for loop in (n for n in _walk(forward) if isinstance(n, ast.For)):
-        if not any(_self_attr(n, "layers") for n in _walk(loop.iter)):
+    for loop in (n for n in ast.walk(forward) if isinstance(n, ast.For)):
+        if not any(_self_attr(n, "layers") for n in ast.walk(loop.iter)):
             continue
         for cond in (n for n in loop.body if isinstance(n, ast.If)):
             tests_membership = any(
                 isinstance(c, ast.Compare)
                 and any(isinstance(op, ast.In) for op in c.ops)
                 and any(_self_attr(x, "aux_hidden_state_layers") for x in c.comparators)
-                for c in _walk(cond.test)
+                for c in ast.walk(cond.test)
             )
             # `hidden_states + residual` is appended directly (0.18) or after a TP all-gather (0.3x).
-            inner = [n for stmt in cond.body for n in _walk(stmt)]
+            inner = [n for stmt in cond.body for n in ast.walk(stmt)]
             appends = any(
                 isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append" for n in inner
             )
@@ -148,7 +143,7 @@ def _captures_aux_in_layer_loop(forward: ast.FunctionDef) -> bool:
 
 
 def _returns_tuple(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple) for n in _walk(fn))
+    return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple) for n in ast.walk(fn))
 
 
 def _verify_vllm_whitelist(install: EngineInstall, findings: list[Finding], checks: list[str]) -> None:
@@ -158,7 +153,7 @@ def _verify_vllm_whitelist(install: EngineInstall, findings: list[Finding], chec
         return
     lists = [
         node
-        for node in _walk(cls)
+        for node in ast.walk(cls)
         if isinstance(node, ast.Assign)
         and any(isinstance(t, ast.Name) and t.id in vllm_eagle3.WHITELIST_NAMES for t in node.targets)
     ]
@@ -192,7 +187,7 @@ def _verify_vllm_models(install: EngineInstall, findings: list[Finding], checks:
             and any(
                 _self_attr(t, "aux_hidden_state_layers") for t in getattr(n, "targets", [getattr(n, "target", None)])
             )
-            for n in _walk(init)
+            for n in ast.walk(init)
         ):
             ds.fail(
                 init.lineno if init else model.lineno, "DeepseekV2Model.__init__ never sets aux_hidden_state_layers"
@@ -210,7 +205,7 @@ def _verify_vllm_models(install: EngineInstall, findings: list[Finding], checks:
         _check_interface(kimi, wrapper, methods)
         for name in methods:
             fn = _methods(wrapper).get(name)
-            if fn is not None and not any(_self_attr(n, "language_model") for n in _walk(fn)):
+            if fn is not None and not any(_self_attr(n, "language_model") for n in ast.walk(fn)):
                 kimi.fail(fn.lineno, f"KimiK25ForConditionalGeneration.{name}() does not delegate to language_model")
     if not findings:
         checks.append("DeepseekV2ForCausalLM and KimiK25ForConditionalGeneration implement SupportsEagle3")

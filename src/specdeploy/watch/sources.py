@@ -153,6 +153,7 @@ class ContainerSource:
         self.container = container
         self.description = f"container {container.name}"
         self._since: Any = None
+        self._last_stamp: str | None = None
         self._no_nvidia_smi = False
         self._seen_at_since: set[str] = set()
 
@@ -161,7 +162,8 @@ class ContainerSource:
         lines = []
         for entry in raw.decode(errors="replace").splitlines():
             stamp, _, text = entry.partition(" ")
-            if stamp == self._since_stamp() and entry in self._seen_at_since:
+            # `since` is inclusive: skip the lines of the last second already read.
+            if stamp == self._last_stamp and entry in self._seen_at_since:
                 continue
             lines.append((stamp, entry, text))
         if lines:
@@ -170,9 +172,6 @@ class ContainerSource:
             self._since = _parse_stamp(last)
             self._last_stamp = last
         return [text for _, _, text in lines]
-
-    def _since_stamp(self) -> str | None:
-        return getattr(self, "_last_stamp", None)
 
     def liveness(self) -> Liveness:
         self.container.reload()
