@@ -12,10 +12,10 @@ from docker.errors import NotFound
 
 from specdeploy import testbed
 from specdeploy.errors import SpecdeployError
-from specdeploy.images import ensure_image_on
+from specdeploy.images import DockerHost, ship_image
 from specdeploy.playbook import run_playbook
 from specdeploy.remote_docker import docker_client
-from specdeploy.targets import forward_port
+from specdeploy.targets import Target, forward_port
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,8 @@ CRASH = (
 def remote(testbed_up, docker_client):
     tb = testbed.paths()
     client = docker_client_for_host(tb)
-    ensure_image_on(client, docker_client, testbed.BASE_IMAGE)
+    host = DockerHost(Target("127.0.0.1", testbed.SSH_USER, testbed.port_base()), tb.ssh())
+    ship_image(testbed.BASE_IMAGE, DockerHost(), host)
     return client
 
 
