@@ -6,6 +6,7 @@ from typing import Any
 
 from specdeploy import drafter
 from specdeploy.platforms import platform_problems
+from specdeploy.serving.config import ServingConfig
 
 
 def drafter_check(
@@ -17,6 +18,23 @@ def drafter_check(
     }
 
 
+def serving_problems(config: dict[str, Any], api_key: str | None = None) -> list[str]:
+    try:
+        return ServingConfig.from_vars({**config, "api_key": api_key}).problems()
+    except (TypeError, ValueError) as exc:
+        return [f"serving variables: {exc}"]
+
+
+def serving_command(config: dict[str, Any]) -> str:
+    """The engine's command line, for the report (the API key is never part of it)."""
+    return " ".join(ServingConfig.from_vars(config).command())
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"specdeploy_platform_problems": platform_problems, "specdeploy_drafter_check": drafter_check}
+        return {
+            "specdeploy_platform_problems": platform_problems,
+            "specdeploy_drafter_check": drafter_check,
+            "specdeploy_serving_problems": serving_problems,
+            "specdeploy_serving_command": serving_command,
+        }

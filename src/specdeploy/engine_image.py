@@ -166,7 +166,7 @@ def render(
     )
 
 
-def _pip_download(requirements: list[str], dest: Path, python_version: str) -> None:
+def pip_download(requirements: list[str], dest: Path, python_version: str) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest), *requirements]
     if python_version != f"{sys.version_info.major}.{sys.version_info.minor}":
@@ -205,11 +205,11 @@ def prepare_context(
         shutil.rmtree(dest / "specdeploy-wheels", ignore_errors=True)
         if prof.install_from_wheelhouse:
             with tempfile.TemporaryDirectory() as tmp:
-                _pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
-                _deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
-        _pip_download([*TOOL_REQUIREMENTS, f"py-spy=={pins.PY_SPY}"], dest / "specdeploy-wheels", prof.python_version)
+                pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
+                deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
+        pip_download([*TOOL_REQUIREMENTS, f"py-spy=={pins.PY_SPY}"], dest / "specdeploy-wheels", prof.python_version)
         if prof.engine == "sglang":
-            _pip_download([f"nvidia-cuda-cuobjdump=={pins.CUOBJDUMP}"], dest / "tools-wheelhouse", prof.python_version)
+            pip_download([f"nvidia-cuda-cuobjdump=={pins.CUOBJDUMP}"], dest / "tools-wheelhouse", prof.python_version)
         marker.write_text(wanted)
     for old in (dest / "specdeploy-wheels").glob("specdeploy-*.whl"):
         old.unlink()
@@ -225,7 +225,7 @@ def prepare_context(
             "inputs_digest": "sha256:" + inputs.hexdigest()}  # fmt: skip
 
 
-def _deterministic_tar(folder: Path, out: Path) -> None:
+def deterministic_tar(folder: Path, out: Path) -> None:
     """One file, same bytes for the same wheels: copied (and checksummed) once, not 150 times."""
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(folder.iterdir()):

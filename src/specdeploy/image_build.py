@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specdeploy import docker_engine, engine_image
 from specdeploy.errors import SpecdeployError
-from specdeploy.images import DockerHost, ship_image
+from specdeploy.images import CommandHost, ship_image
 from specdeploy.paths import state_dir
 from specdeploy.targets import SshSettings, Target
 
@@ -44,7 +44,7 @@ class BuildResult:
         return self.built or self.shipped
 
 
-def build(host: DockerHost, req: BuildRequest, log_path: Path, on_step: Callable[[str], None]) -> BuildResult:
+def build(host: CommandHost, req: BuildRequest, log_path: Path, on_step: Callable[[str], None]) -> BuildResult:
     """Build the image on HOST unless one labelled with the same inputs is there."""
     tag, inputs_digest = req.tag, req.inputs_digest
     before = host.inspect(tag, "{{.Id}}")
@@ -92,14 +92,14 @@ def build_for(
     log_path = state_dir() / "runs" / run_name / time.strftime("%Y%m%dT%H%M%S") / "image-build.log"
     if build_on == "controller":
         docker_engine.ensure_engine(state_dir())
-        result = build(DockerHost(), req, log_path, on_step)
+        result = build(CommandHost(), req, log_path, on_step)
         if result.failure:
             return result
         on_step(f"shipping {req.tag} to {target} (docker save | docker load, skipped when it is there)")
-        shipped = ship_image(req.tag, DockerHost(), DockerHost(target, ssh))
+        shipped = ship_image(req.tag, CommandHost(), CommandHost(target, ssh))
         return BuildResult(req.tag, result.image_id, result.built, shipped, result.build_log, result.seconds)
     if ship_base_image:
         docker_engine.ensure_engine(state_dir())
-        if ship_image(ship_base_image, DockerHost(), DockerHost(target, ssh)):
+        if ship_image(ship_base_image, CommandHost(), CommandHost(target, ssh)):
             on_step(f"shipped the base image {ship_base_image} to {target}")
-    return build(DockerHost(target, ssh), req, log_path, on_step)
+    return build(CommandHost(target, ssh), req, log_path, on_step)

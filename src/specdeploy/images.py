@@ -12,8 +12,8 @@ from specdeploy.targets import SshSettings, Target, ssh_command
 
 
 @dataclass(frozen=True)
-class DockerHost:
-    """The `docker` CLI on TARGET over SSH (host keys verified), or on this machine when None."""
+class CommandHost:
+    """Runs commands (the `docker` CLI, du, cat) on TARGET over SSH (host keys verified), or here when None."""
 
     target: Target | None = None
     ssh: SshSettings = field(default_factory=SshSettings)
@@ -33,7 +33,7 @@ class DockerHost:
         return str(self.target) if self.target else "this machine"
 
 
-def ship_image(tag: str, source: DockerHost, destination: DockerHost) -> bool:
+def ship_image(tag: str, source: CommandHost, destination: CommandHost) -> bool:
     """Copy TAG unless the destination has it with the same id. Returns True when it copied.
 
     The CLI through OpenSSH, not the SDK: paramiko moves multi-GB images several times slower.

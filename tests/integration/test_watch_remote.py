@@ -12,7 +12,7 @@ from docker.errors import NotFound
 
 from specdeploy import testbed
 from specdeploy.errors import SpecdeployError
-from specdeploy.images import DockerHost, ship_image
+from specdeploy.images import CommandHost, ship_image
 from specdeploy.playbook import run_playbook
 from specdeploy.remote_docker import docker_client
 from specdeploy.targets import Target, forward_port
@@ -33,8 +33,8 @@ CRASH = (
 def remote(testbed_up, docker_client):
     tb = testbed.paths()
     client = docker_client_for_host(tb)
-    host = DockerHost(Target("127.0.0.1", testbed.SSH_USER, testbed.port_base()), tb.ssh())
-    ship_image(testbed.BASE_IMAGE, DockerHost(), host)
+    host = CommandHost(Target("127.0.0.1", testbed.SSH_USER, testbed.port_base()), tb.ssh())
+    ship_image(testbed.BASE_IMAGE, CommandHost(), host)
     return client
 
 

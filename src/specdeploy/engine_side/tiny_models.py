@@ -11,6 +11,7 @@ Run with the engine's python:  python -m specdeploy.engine_side.tiny_models OUT 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,16 @@ def make_drafter(out: Path, target: dict[str, Any], always_accept: bool) -> None
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def write_manifest(folder: Path) -> None:
+    """SHA256SUMS, which the image build checks the drafter against (written last: it marks done)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)  # safetensors writes 0600; the engine and the build read as other users
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(folder)}"
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]  # fmt: skip
+    (folder / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="writes OUT/target and OUT/drafter")
@@ -173,6 +184,8 @@ def main() -> None:
     args = parser.parse_args()
     target = make_target(args.out / "target", args.always_accept)
     make_drafter(args.out / "drafter", target, args.always_accept)
+    for folder in (args.out / "target", args.out / "drafter"):
+        write_manifest(folder)
     print(json.dumps({"target": str(args.out / "target"), "drafter": str(args.out / "drafter")}))
 
 

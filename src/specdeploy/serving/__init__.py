@@ -1,0 +1,1 @@
+"""The serving phase: one variable set rendered into the engine container, and its rollout."""
