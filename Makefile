@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e bench deploy verify clean
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-gpu-images bench deploy verify status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -59,17 +59,31 @@ test-integration: setup ## Integration tests against the test bed over real SSH
 test-e2e: setup ## e2e: a real vLLM (CPU build) started and watched; first run builds its venv (~70 s)
 	@$(PYTEST) tests/e2e
 
+test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
+	@$(PYTEST) tests/gpu_images
+
 test: lint test-unit test-integration test-e2e ## Everything CI runs, test bed and real engine included
 
 bench: setup ## Benchmarks (not tests): patch apply+verify on real releases; watch latency and overhead
 	$(BIN)/python bench/bench_patch.py
 	$(BIN)/python bench/bench_watch.py
+	$(BIN)/python bench/bench_deploy.py
+	$(BIN)/python bench/bench_image.py
 
 deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
 	$(BIN)/specdeploy deploy $(TARGET_ARGS)
 
 verify: setup ## testinfra host verification of HOST, or the local test bed
 	$(BIN)/specdeploy verify $(TARGET_ARGS)
+
+status: setup ## The engine containers on HOST, or the local test bed
+	$(BIN)/specdeploy status $(TARGET_ARGS)
+
+logs: setup ## The engine's log on HOST, or the local test bed (TAIL=200)
+	$(BIN)/specdeploy logs $(TARGET_ARGS) --tail $(or $(TAIL),200)
+
+rollback: setup ## Swap the running engine with the previous one, watched to READY
+	$(BIN)/specdeploy rollback $(TARGET_ARGS)
 
 clean: testbed-down ## Remove the test bed and .venv (.state is kept)
 	rm -rf $(VENV)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import drafter
+from specdeploy.gpu import checks as gpu_checks
+from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
 from specdeploy.platforms import platform_problems
 from specdeploy.serving.config import ServingConfig
 
@@ -30,6 +32,39 @@ def serving_command(config: dict[str, Any]) -> str:
     return " ".join(ServingConfig.from_vars(config).command())
 
 
+def gpu_commands(smi: str) -> list[list[str]]:
+    """The nvidia-smi reads preflight runs on the host, in the order gpu_facts takes them."""
+    return [
+        [smi, "-q", "-x"],
+        [smi, "topo", "-m"],
+        [smi, f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", f"--format={CSV_FORMAT}"],
+        [smi, f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}", f"--format={CSV_FORMAT}"],
+    ]
+
+
+def gpu_facts(outputs: list[str], driver_version_text: str | None = None) -> dict[str, Any]:
+    xml, topo, query_gpu, apps = outputs
+    return collect(xml, topo, query_gpu, apps, driver_version_text or None).to_json()
+
+
+def gpu_problems(facts: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Everything preflight asserts about the GPUs, and the PCIe advice the serving role applies.
+
+    options: tp, pp, allowed_pids (our own engine's), cmdline (/proc/cmdline), iommu_fixed.
+    """
+    parsed = facts_from_json(facts)
+    allowed = [int(p) for p in options.get("allowed_pids") or []]
+    sizes = int(options.get("tp", 1)), int(options.get("pp", 1))
+    return {
+        "problems": gpu_checks.gpu_count_problems(parsed, *sizes) + gpu_checks.driver_problems(parsed),
+        "foreign": gpu_checks.foreign_process_problems(parsed, allowed),
+        "foreign_pids": sorted({p.pid for p in parsed.processes} - set(allowed)),
+        "nccl": gpu_checks.nccl_recommendations(parsed, bool(options.get("iommu_fixed")), options.get("cmdline", "")),
+        "count": parsed.count,
+        "pcie_only": parsed.pcie_only,
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -37,4 +72,7 @@ class FilterModule:
             "specdeploy_drafter_check": drafter_check,
             "specdeploy_serving_problems": serving_problems,
             "specdeploy_serving_command": serving_command,
+            "specdeploy_gpu_commands": gpu_commands,
+            "specdeploy_gpu_facts": gpu_facts,
+            "specdeploy_gpu_problems": gpu_problems,
         }

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -15,6 +16,8 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import ansible_env, run_playbook
+from specdeploy.serving import hosts as serving_hosts
+from specdeploy.serving.config import CONTAINER
 from specdeploy.targets import SshSettings, Target, probe
 from specdeploy.watch import cli as watch_cli
 
@@ -53,7 +56,9 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
     settings = SshSettings(known_hosts=tuple(args.known_hosts), identity_file=args.ssh_key)
     probe(target, settings)
     path = state_dir() / "targets" / target.name / "hosts.yml"
-    text = inventory.render([inventory.InventoryHost(target.host, target)], settings, "targets", f"--host {target}")
+    # Named with its port unless 22: two hosts behind one address must not share cached facts.
+    name = target.host if target.port == 22 else target.name
+    text = inventory.render([inventory.InventoryHost(name, target)], settings, "targets", f"--host {target}")
     inventory.write(path, text)
     return path
 
@@ -75,6 +80,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     inv = target_inventory(args, bring_up_testbed=True)
     extra = ["--tags", args.tags] if args.tags else []
+    for value in args.extra_vars:
+        extra += ["--extra-vars", value]
     if args.check:
         extra.append("--check")
     run = run_playbook(inv, *extra)
@@ -82,7 +89,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
         return 1
     err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
-    err.print("next: make verify" + (f" HOST={args.host}" if args.host else ""))
+    on = f" HOST={args.host}" if args.host else ""
+    err.print(f"next: make verify{on}   make logs{on}   make status{on}   make rollback{on}")
     return 0
 
 
@@ -102,6 +110,41 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return subprocess.run(cmd, cwd=project_root(), env=ansible_env(), check=False).returncode
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    rows = serving_hosts.status(target_inventory(args, bring_up_testbed=False))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for host, containers in rows.items():
+        print(f"{host}:")
+        if not containers:
+            print("  no engine container (deploy with: make deploy)")
+        for name, row in containers.items():
+            tag = ",".join(row["tags"]) or row["image"][7:19]
+            print(f"  {name:28} {row['state']:8} exit={row['exit_code']} restarts={row['restarts']} "
+                  f"image={tag} started={row['started_at']}")  # fmt: skip
+    running = all(c.get(CONTAINER, {}).get("state") == "running" for c in rows.values())
+    return 0 if rows and running else 1
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    for host, text in serving_hosts.logs(
+        target_inventory(args, bring_up_testbed=False), args.tail, args.container
+    ).items():
+        print(f"==> {host}: {args.container} (last {args.tail} lines)")
+        print(text, end="" if text.endswith("\n") else "\n")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    run = run_playbook(target_inventory(args, bring_up_testbed=False), playbook="ansible/rollback.yml")
+    if run.returncode != 0:
+        err.print(f"[red]rollback failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
+        return 1
+    err.print("[green]rolled back[/]: the previous engine serves; `make rollback` again swaps back")
+    return 0
+
+
 def cmd_patch(args: argparse.Namespace) -> int:
     return patch_commands.run(args.action, args.engine, Path(args.site_packages), args)
 
@@ -114,21 +157,40 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return watch_cli.BAD_INPUT
 
 
+def _pip_base(args: argparse.Namespace) -> engine_image.PipBase | None:
+    if args.base == "official":
+        if args.base_image or args.engine_version or args.pip_ca_bundle:
+            raise SpecdeployError("--base-image, --engine-version and --pip-ca-bundle need --base pip")
+        return None
+    if not args.base_image:
+        raise SpecdeployError("--base pip needs --base-image (a plain Debian/Ubuntu image with apt)")
+    return engine_image.PipBase(
+        args.base_image,
+        python_version=args.base_python,
+        engine_version=args.engine_version,
+        ca_bundle=Path(args.pip_ca_bundle) if args.pip_ca_bundle else None,
+    )
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     prof = engine_image.profile(args.profile)
+    base = _pip_base(args)
+    built = engine_image.pip_profile(prof, base) if base else prof
     if args.action == "render":
-        patch_digest = args.patch_digest or engine_image.expected_patch_digest(prof)
+        patch_digest = args.patch_digest or engine_image.expected_patch_digest(built)
         text = engine_image.render(
             prof,
             patch_digest=patch_digest,
             drafter_digest=args.drafter_digest,
             base_digest=args.base_digest,
             sgl_kernel_build=args.sgl_kernel_build,
+            base=base,
         )
         print(text, end="")
         return 0
     # One context per profile and drafter, so hosts building different drafters never share one.
-    dest = Path(args.dest) if args.dest else state_dir() / "build" / f"{prof.name}-{args.drafter_digest[7:19]}"
+    name = prof.name if base is None else f"{prof.name}-pip-{built.version}"
+    dest = Path(args.dest) if args.dest else state_dir() / "build" / f"{name}-{args.drafter_digest[7:19]}"
     result = engine_image.prepare_context(
         prof,
         dest,
@@ -136,9 +198,27 @@ def cmd_image(args: argparse.Namespace) -> int:
         base_digest=args.base_digest,
         sgl_kernel_build=args.sgl_kernel_build,
         wheel=Path(args.specdeploy_wheel) if args.specdeploy_wheel else None,
+        base=base,
     )
     print(json.dumps(result))
     return 0
+
+
+def _add_serving_commands(sub: Any) -> None:
+    sta = sub.add_parser("status", help="the engine containers on --host or the local test bed")
+    _add_target_args(sta)
+    sta.add_argument("--json", action="store_true", help="print JSON")
+    sta.set_defaults(func=cmd_status)
+
+    log = sub.add_parser("logs", help="the engine's log on --host or the local test bed")
+    _add_target_args(log)
+    log.add_argument("--tail", type=int, default=200, help="lines (default 200)")
+    log.add_argument("--container", default=CONTAINER, help=f"default {CONTAINER}; also {CONTAINER}-failed")
+    log.set_defaults(func=cmd_logs)
+
+    rbk = sub.add_parser("rollback", help="swap the running engine with the previous one, watched to READY")
+    _add_target_args(rbk)
+    rbk.set_defaults(func=cmd_rollback)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,12 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(dep)
     dep.add_argument("--tags", help="phases to run: preflight,provision,build,deploy,verify")
     dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
+    dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
     dep.set_defaults(func=cmd_deploy)
 
     ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
     _add_target_args(ver)
     ver.set_defaults(func=cmd_verify)
+
+    _add_serving_commands(sub)
 
     pat = sub.add_parser("patch", help="engine patch sets for EAGLE-3 on DeepSeek-V3 / Kimi-K2.5 targets")
     pat.add_argument("action", choices=["plan", "apply", "verify"])
@@ -184,6 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--sgl-kernel-build", default="auto", choices=engine_image.SGL_KERNEL_BUILD_MODES)
     img.add_argument("--dest", help="context: the folder to fill")
     img.add_argument("--specdeploy-wheel", help="context: install this specdeploy wheel in the image")
+    img.add_argument(
+        "--base",
+        default="official",
+        choices=engine_image.BASES,
+        help="vllm-cuda: the pinned official image (default), or pip install vllm onto --base-image",
+    )
+    img.add_argument("--base-image", help="--base pip: a plain Debian/Ubuntu image (tag or name@sha256:...)")
+    img.add_argument("--base-python", default="3.11", help="--base pip: its python3 version (default 3.11)")
+    img.add_argument("--engine-version", help="--base pip: install this vLLM release instead of the pinned one")
+    img.add_argument("--pip-ca-bundle", help="--base pip: CA certificates pip trusts in the build (TLS proxy)")
     img.set_defaults(func=cmd_image)
 
     wat = sub.add_parser("watch", help="watch an engine start: READY / FAILED / STALLED, with the root cause")

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -26,6 +26,9 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 TOOL_REQUIREMENTS = ("libcst==1.9.0", "pyyaml==6.0.4", "rich==15.0.0")
 DRAFTER_DIR = "/opt/drafter"
 SGL_KERNEL_BUILD_MODES = ("auto", "always", "never")
+BASES = ("official", "pip")  # vllm-cuda: the pinned vllm/vllm-openai image, or pip install onto a plain image
+PIP_CA = "pip-ca.pem"  # in the build context, when a PipBase names a CA bundle
+VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Profile:
     unwanted_packages: tuple[str, ...] = ()
     cpu_shim: bool = False
     gpu: bool = True
+    # pip installs from the package index in the final stage, one RUN (one layer) per group.
+    index_requirements: tuple[tuple[str, ...], ...] = ()
 
     @property
     def engine_requirements(self) -> tuple[str, ...]:
@@ -115,6 +120,52 @@ def base_image(prof: Profile, base_digest: str | None) -> str:
     return f"{prof.base_repository}@{base_digest}"
 
 
+@dataclass(frozen=True)
+class PipBase:
+    """vllm-cuda without the official image: a plain Debian/Ubuntu image, a venv at /opt/engine and
+    `pip install vllm==VERSION` from the package index (the CUDA builds of vLLM and torch from PyPI)."""
+
+    image: str  # a tag, or repository@sha256:... to pin it
+    python_version: str = "3.11"  # of the image's python3 (Debian 12: 3.11, Ubuntu 24.04: 3.12)
+    engine_version: str | None = None  # default: the profile's pin
+    ca_bundle: Path | None = None  # the CA certificates pip trusts in the build (a TLS-intercepting proxy)
+
+
+def _pinned(distribution: str, version: str, requirement: str) -> str | None:
+    """REQUIREMENT's exact pin (`torch==2.10.0`) in the release's wheel metadata, if it pins one."""
+    site = wheels.release_sources(distribution, version)
+    for metadata in site.glob("*.dist-info/METADATA"):
+        for line in metadata.read_text().splitlines():
+            match = re.match(rf"^Requires-Dist: {re.escape(requirement)}\s*==\s*([^\s;,]+)\s*$", line)
+            if match:
+                return f"{requirement}=={match[1]}"
+    return None
+
+
+def pip_profile(prof: Profile, base: PipBase) -> Profile:
+    """PROF (vllm-cuda) installed with pip onto BASE.image instead of the official image."""
+    if prof.engine != "vllm" or not prof.gpu:
+        raise SpecdeployError(f"profile {prof.name} has no pip base", hint="only vllm-cuda can be built on one")
+    version = base.engine_version or prof.version
+    if not VERSION.match(version):
+        raise SpecdeployError(f"engine version {version!r} is not MAJOR.MINOR.PATCH")
+    engine = f"{prof.distribution}=={version}"
+    # torch and its CUDA libraries (most of the bytes) in a layer of their own: a build then needs
+    # about twice the larger layer in free disk, not twice the whole engine.
+    torch = _pinned(prof.distribution, version, "torch")
+    return replace(
+        prof,
+        version=version,
+        base_repository=base.image,
+        needs_base_digest=False,
+        engine_python="/opt/engine/bin/python",
+        python_version=base.python_version,
+        # Triton compiles its GPU launchers with gcc against Python.h when the engine starts.
+        system_packages=("python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates", "procps"),
+        index_requirements=((torch,), (engine,)) if torch else ((engine,),),
+    )
+
+
 def expected_patch_digest(prof: Profile) -> str:
     """The patch manifest digest the image build must reproduce, from the real released sources."""
     source = wheels.release_sources(prof.distribution, prof.version)
@@ -129,7 +180,11 @@ def render(
     drafter_digest: str,
     base_digest: str | None = None,
     sgl_kernel_build: str = "auto",
+    base: PipBase | None = None,
 ) -> str:
+    """The Dockerfile. With BASE, PROF is first turned into its pip_profile()."""
+    if base is not None:
+        prof = pip_profile(prof, base)
     if sgl_kernel_build not in SGL_KERNEL_BUILD_MODES:
         raise SpecdeployError(f"sgl_kernel_build={sgl_kernel_build!r}: use one of {', '.join(SGL_KERNEL_BUILD_MODES)}")
     for label, value in (("patch", patch_digest), ("drafter", drafter_digest)):
@@ -146,6 +201,9 @@ def render(
         specdeploy_version=__version__,
         base_image=base_image(prof, base_digest),
         install_from_wheelhouse=prof.install_from_wheelhouse,
+        index_requirements=prof.index_requirements,
+        pip_ca=base is not None and base.ca_bundle is not None,
+        pip_ca_file=PIP_CA,
         builder_system_packages=prof.builder_system_packages,
         engine_requirements=prof.engine_requirements,
         unwanted_packages=prof.unwanted_packages,
@@ -185,17 +243,26 @@ def prepare_context(
     base_digest: str | None,
     sgl_kernel_build: str,
     wheel: Path | None,
+    base: PipBase | None = None,
 ) -> dict[str, object]:
     """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels."""
-    patch_digest = expected_patch_digest(prof)
+    if base is not None and base.ca_bundle is not None and not base.ca_bundle.is_file():
+        raise SpecdeployError(f"CA bundle {base.ca_bundle} is not a file")
+    built = pip_profile(prof, base) if base is not None else prof
+    patch_digest = expected_patch_digest(built)
     dockerfile = render(
         prof,
         patch_digest=patch_digest,
         drafter_digest=drafter_digest,
         base_digest=base_digest,
         sgl_kernel_build=sgl_kernel_build,
+        base=base,
     )
+    prof = built
     dest.mkdir(parents=True, exist_ok=True)
+    (dest / PIP_CA).unlink(missing_ok=True)
+    if base is not None and base.ca_bundle is not None:
+        shutil.copyfile(base.ca_bundle, dest / PIP_CA)
     marker = dest.parent / f".{dest.name}.wheelhouse"  # outside the context: not sent to the build
     wanted = json.dumps([prof.engine_requirements, TOOL_REQUIREMENTS, pins.PY_SPY, prof.python_version])
     shutil.rmtree(dest / "wheelhouse", ignore_errors=True)  # the folder layout of earlier versions
@@ -219,6 +286,8 @@ def prepare_context(
     # Everything the build reads but the drafter (whose digest is in the Dockerfile's labels): an
     # image labelled with this digest needs no rebuild, and its context no new copy.
     inputs = hashlib.sha256(dockerfile.encode() + wanted.encode())
+    if (dest / PIP_CA).is_file():
+        inputs.update((dest / PIP_CA).read_bytes())
     for wheel_file in sorted((dest / "specdeploy-wheels").glob("specdeploy-*.whl")):
         inputs.update(wheel_file.read_bytes())
     return {"profile": prof.name, "patch_digest": patch_digest, "context": str(dest),

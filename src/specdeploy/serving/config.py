@@ -37,6 +37,7 @@ class ServingConfig:
     drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path (read-only)
     port: int = 8000
     bind_address: str = "127.0.0.1"
     api_key: str | None = None
@@ -58,6 +59,7 @@ class ServingConfig:
         if "extra_args" in known:
             known["extra_args"] = tuple(str(a) for a in known["extra_args"] or ())
         known["env"] = {str(k): str(v) for k, v in (known.get("env") or {}).items()}
+        known["volumes"] = {str(k): str(v) for k, v in (known.get("volumes") or {}).items()}
         known["api_key"] = known.get("api_key") or None
         known["max_model_len"] = int(known["max_model_len"]) if known.get("max_model_len") else None
         ints = ("tensor_parallel_size", "pipeline_parallel_size", "num_speculative_tokens", "port", "memlock_bytes",
@@ -165,7 +167,12 @@ class ServingConfig:
                 {"name": "memlock", "soft": self.memlock_bytes, "hard": self.memlock_bytes},
                 {"name": "stack", "soft": self.stack_bytes, "hard": self.stack_bytes},
             ],
-            "volumes": {self.model_path: {"bind": MODEL_MOUNT, "mode": "ro"}},
+            "volumes": {
+                self.model_path: {"bind": MODEL_MOUNT, "mode": "ro"},
+                **{host: {"bind": inside, "mode": "ro"} for host, inside in self.volumes.items()},
+            },
+            # py-spy reads a stalled engine's stacks (the watchdog's dump) with ptrace.
+            "cap_add": ["SYS_PTRACE"],
             "ports": {f"{self.port}/tcp": (self.bind_address, self.port)},
             "labels": {CONFIG_LABEL: self.digest(), "io.specdeploy.served-model": self.served_model_name},
             "restart_policy": {"Name": "no"},

@@ -109,6 +109,7 @@ def _bring_up(container: Container, watch: Watcher, diagnostics: Path) -> Verdic
         folder = diagnostics / time.strftime("%Y%m%dT%H%M%S")
         return Verdict(status="FAILED", elapsed_s=0.0, stage="container start", diagnostics=str(folder),
                        headline=f"docker could not start {container.name}: {exc.explanation or exc}")  # fmt: skip
+    container.reload()  # a renamed container keeps its old name until reloaded
     verdict = watch(container.name)
     if verdict.status == "READY":
         container.update(restart_policy=RUNNING_POLICY)

