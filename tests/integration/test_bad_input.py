@@ -81,3 +81,18 @@ def test_missing_docker_permission_on_the_controller(testbed_up):
     assert "no permission to use the Docker engine" in output and "docker' group" in output, output
     assert "Traceback" not in output
     assert sys.version_info >= (3, 11)
+
+
+def test_api_off_loopback_without_a_key_is_refused_before_any_build(testbed_up):
+    result = specdeploy("deploy", "-e", "serving_bind_address=0.0.0.0")
+    assert_clear_error(result, "binds 0.0.0.0, off loopback, without an API key", "ansible-vault encrypt_string")
+    assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output
+
+
+def test_bad_serving_variables_are_rejected_by_the_argument_spec(testbed_up):
+    wrong_type = specdeploy("deploy", "-e", "serving_tensor_parallel_size=eight")
+    assert_clear_error(wrong_type, "Validation of arguments failed", "\"'eight'\" cannot be converted to an int")
+    unknown = specdeploy("deploy", "-e", "serving_gpus=all")
+    assert_clear_error(unknown, "Validating arguments against arg spec 'check'", "serving_gpus", "cdi")
+    for result in (wrong_type, unknown):
+        assert "PLAY [Build" not in result.output and "changed=0" in result.output

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy import engine_image, testbed
-from specdeploy.docker_engine import ensure_engine
-from specdeploy.paths import project_root, state_dir
+from specdeploy.paths import project_root
 from specdeploy.playbook import run_playbook
 from specdeploy.remote_docker import docker_client
 from tests.e2e import engine
@@ -106,29 +105,6 @@ def test_vllm_cpu_image_builds_for_real_verifies_and_converges(host_with_models)
     again, seconds = build("-e", f"engine_image_drafter_path={path}")
     assert again.returncode == 0 and again.recap["testbed-1"]["changed"] == 0, again.output[-3000:]
     record_timing("engine image build (converged rerun)", seconds)
-
-
-def test_controller_build_ships_the_image_to_the_target_and_converges(host_with_models):
-    """engine_image_build_on=controller: drafter fetched, built by this machine's engine, shipped."""
-    container, drafter = host_with_models
-    # Another drafter (one more file), so this image does not replace the target-built one.
-    path = put_drafter(container, "drafter-shipped", {**drafter, "NOTES.txt": b"built on the controller\n"})
-    run, seconds = build("-e", f"engine_image_drafter_path={path}", "-e", "engine_image_build_on=controller")
-    assert run.returncode == 0, run.output[-3000:]
-    record_timing("engine image build on the controller + ship (vllm-cpu, first in this session)", seconds)
-    assert "shipped: true" in run.output
-    tag = re.findall(r"tag: (specdeploy/vllm-cpu:\S+)", run.output)[-1]
-    controller_image = ensure_engine(state_dir()).images.get(tag)
-    target_image = remote().images.get(tag)
-    assert target_image.id == controller_image.id
-    assert target_image.labels["io.specdeploy.drafter-digest"][7:19] == tag.split(":")[1]
-    baked = remote().containers.run(tag, ["cat", "/opt/drafter/NOTES.txt"], remove=True).decode()
-    assert baked == "built on the controller\n"
-
-    again, seconds = build("-e", f"engine_image_drafter_path={path}", "-e", "engine_image_build_on=controller")
-    assert again.returncode == 0 and again.recap["testbed-1"]["changed"] == 0, again.output[-3000:]
-    assert "shipped: false" in again.output
-    record_timing("engine image build on the controller (converged rerun)", seconds)
 
 
 def _sabotaged_wheel(tmp_path: Path) -> Path:
