@@ -13,7 +13,10 @@ from specdeploy.gpu import simulated
 
 from .helpers import specdeploy, tb_args
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not simulated.capture_dir().is_dir(), reason="real nvidia-smi captures not found"),
+]
 DATA = "/opt/simulated-nvidia-smi"
 # The real capture's files, under the names the replayer reads.
 BUSY = {"nvidia-smi-q.xml": "nvidia-smi-q-x2-busy.xml", "topo.txt": "topo-x2.txt",
@@ -49,8 +52,6 @@ def host_container(throwaway_host, docker_client):
 def test_stale_process_on_the_real_busy_capture_fails_preflight(host_container):
     host, container = host_container
     captures = simulated.capture_dir() / "h200-x2-busy"
-    if not captures.is_dir():
-        pytest.skip(f"real nvidia-smi captures not found at {captures}")
     install_simulated_smi(container, {ours: (captures / theirs).read_text() for ours, theirs in BUSY.items()})
     result = preflight(host)
     assert result.returncode != 0, result.output[-3000:]

@@ -15,9 +15,9 @@ from specdeploy.gpu.checks import (
     nccl_recommendations,
 )
 from specdeploy.gpu.facts import GpuFacts, collect
-from specdeploy.paths import project_root
+from specdeploy.gpu.simulated import capture_dir
 
-CAPTURES = project_root().parent / "shared" / "fixtures" / "nvidia-smi"
+CAPTURES = capture_dir()
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"real nvidia-smi captures not found at {CAPTURES}")
 
 

@@ -23,9 +23,9 @@ from specdeploy.gpu.facts import (
     parse_smi_xml,
     parse_topo,
 )
-from specdeploy.paths import project_root
+from specdeploy.gpu.simulated import capture_dir
 
-CAPTURES = project_root().parent / "shared" / "fixtures" / "nvidia-smi"
+CAPTURES = capture_dir()
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"real nvidia-smi captures not found at {CAPTURES}")
 X1 = CAPTURES / "h200-x1"
 X2 = CAPTURES / "h200-x2-busy"
