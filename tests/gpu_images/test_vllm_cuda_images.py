@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,7 @@ def created_by(log: str) -> tuple[list[str], list[str]]:
 
 @dataclass
 class Slot:
-    """One image under test: its tag, the build log path, and where its timing goes."""
+    """One image under test: its tag, its build log (kept under .state/runs/gpu-images/), its timings."""
 
     version: str
     tag: str
@@ -162,10 +163,11 @@ class Slot:
 
 
 @pytest.fixture
-def slot(request: pytest.FixtureRequest, base_image: str, timings: _Timings, tmp_path: Path) -> Iterator[Slot]:
+def slot(request: pytest.FixtureRequest, base_image: str, timings: _Timings) -> Iterator[Slot]:
     """Removes the image afterwards (unless SPECDEPLOY_KEEP_IMAGES=1), with what a failed build left."""
     version = request.node.callspec.params["version"]
-    slot = Slot(version, f"{REPOSITORY}:{version}", tmp_path / "image-build.log", timings, base_image)
+    log = state_dir() / "runs" / "gpu-images" / time.strftime("%Y%m%dT%H%M%S") / f"vllm-cuda-pip-{version}.log"
+    slot = Slot(version, f"{REPOSITORY}:{version}", log, timings, base_image)
     docker("rmi", slot.tag)  # a cold build: a kept image from an earlier run would only be cache
     yield slot
     if os.environ.get("SPECDEPLOY_KEEP_IMAGES") == "1":
@@ -225,11 +227,41 @@ def build(slot: Slot, info: dict[str, object], capsys: pytest.CaptureFixture[str
     assert not result.failure, f"{result.failure}\n{log[-4000:]}"
     assert result.built
     size_gb = int(docker("image", "inspect", "--format", "{{.Size}}", slot.tag).stdout.strip()) / 1e9
-    line = f"vllm-cuda (pip base, vLLM {slot.version}) cold build: {result.seconds:.0f} s, image {size_gb:.1f} GB"
+    line = (f"vllm-cuda (pip base, vLLM {slot.version}) cold build: {result.seconds:.0f} s, image {size_gb:.1f} GB, "
+            f"log {slot.log}")  # fmt: skip
     slot.timings.lines.append(line)
     with capsys.disabled():
         print(f"\n  {line}", flush=True)
     return log
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("with_ca", [False, True], ids=["certifi", "ca-bundle"])
+def test_pip_base_renders_hadolint_clean_with_torch_in_its_own_layer(
+    version: str, with_ca: bool, tmp_path: Path
+) -> None:
+    """Seconds, no build: what the pip base renders, and that the default vllm-cuda still pins the official image."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    base = engine_image.PipBase(testbed.BASE_IMAGE, engine_version=version, ca_bundle=bundle if with_ca else None)
+    digest = "sha256:" + "0" * 64
+    text = engine_image.render(engine_image.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest, base=base)
+    (tmp_path / "Dockerfile").write_text(text)
+    lint = subprocess.run([str(HADOLINT), "--no-color", str(tmp_path / "Dockerfile")], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    torch = re.search(r"^RUN python3 -m venv /opt/engine \\\n && (?:PIP_CERT=\S+ )?/opt/engine/bin/pip install "
+                      r"--no-cache-dir (torch==[\d.]+)$", text, re.M)  # fmt: skip
+    assert torch, text
+    metadata = next(wheels.release_sources("vllm", version).glob("*.dist-info/METADATA")).read_text()
+    assert f"Requires-Dist: {torch[1]}\n" in metadata  # vLLM's own exact pin
+    assert text.index(torch[1]) < text.index(f"pip install --no-cache-dir vllm=={version}")
+    assert f'io.specdeploy.engine-version="{version}"' in text
+    assert ("COPY pip-ca.pem /tmp/pip-ca.pem" in text) == with_ca
+    official = engine_image.render(engine_image.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest,
+                                   base_digest=digest)  # fmt: skip
+    assert f"ARG BASE_IMAGE=vllm/vllm-openai:v{pins.VLLM_CUDA}@{digest}" in official
+    assert "/opt/engine/bin/pip install" not in official
 
 
 @pytest.mark.parametrize("version", VERSIONS)

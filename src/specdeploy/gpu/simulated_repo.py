@@ -102,7 +102,8 @@ NVCC = r"""#!/bin/sh
 # Simulated nvcc (CUDA @CUDA@): checks the arguments like the real one and writes an executable
 # stub that prints "simulated <arch> kernel ran". No compiler, no GPU code.
 set -eu
-known="sm_75 sm_80 sm_86 sm_87 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_103 sm_103a sm_120 sm_120a sm_120f sm_121 sm_121a"
+known="sm_75 sm_80 sm_86 sm_87 sm_89 sm_90 sm_90a sm_100 sm_100a sm_100f sm_101 sm_101a sm_103 sm_103a"
+known="$known sm_120 sm_120a sm_120f sm_121 sm_121a"
 arch=sm_75 out=a.out src=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -257,7 +258,8 @@ def cdi_list(_args):
 
 def main():
     parser = argparse.ArgumentParser(prog="nvidia-ctk", description="simulated nvidia-ctk @VERSION@")
-    parser.add_argument("--version", action="version", version="NVIDIA Container Toolkit CLI version @VERSION@ (simulated)")
+    version = "NVIDIA Container Toolkit CLI version @VERSION@ (simulated)"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True)
     runtime = commands.add_parser("runtime").add_subparsers(dest="sub", required=True)
     configure = runtime.add_parser("configure")
@@ -327,7 +329,7 @@ def _driver(name: str, driver: str, cuda: str, module: KernelModule, summary: st
 def packages() -> tuple[SimulatedPackage, ...]:
     """Every simulated package, in a fixed order."""
     cuda_dir = f"/usr/local/cuda-{CUDA_VERSION}"
-    toolkit = TOOLKIT_VERSION.split("-")[0]
+    toolkit = TOOLKIT_VERSION.split("-", maxsplit=1)[0]
     return (
         _driver(
             "nvidia-driver-580-open",
