@@ -65,6 +65,13 @@ def gpu_problems(facts: dict[str, Any], options: dict[str, Any]) -> dict[str, An
     }
 
 
+def planned_driver_problems(compute_capabilities: list[str], plan: dict[str, Any]) -> list[str]:
+    """plan: branch, open, package, version (the nvidia_driver role's variables)."""
+    return gpu_checks.planned_driver_problems(
+        compute_capabilities, int(plan["branch"]), bool(plan["open"]), str(plan["package"]), str(plan["version"])
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -75,4 +82,5 @@ class FilterModule:
             "specdeploy_gpu_commands": gpu_commands,
             "specdeploy_gpu_facts": gpu_facts,
             "specdeploy_gpu_problems": gpu_problems,
+            "specdeploy_planned_driver_problems": planned_driver_problems,
         }

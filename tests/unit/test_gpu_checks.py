@@ -161,3 +161,17 @@ def test_nvlink_and_small_pcie_hosts_keep_nccl_defaults():
         "sglang_args": [],
         "reason": "2 PCIe GPU(s): no peer-to-peer settings needed",
     }
+
+
+def test_planned_driver_for_sm120_needs_open_modules_and_r570_plus():
+    from specdeploy.gpu.checks import planned_driver_problems  # noqa: PLC0415
+
+    ok = planned_driver_problems(["12.0"], 580, True, "nvidia-driver-580-open", "580.95.05")
+    assert ok == []
+    closed = planned_driver_problems(["12.0"], 580, False, "nvidia-driver-580", "580.95.05")
+    assert len(closed) == 1 and "open kernel modules" in closed[0]
+    old = planned_driver_problems(["12.0"], 550, True, "nvidia-driver-550-open", "550.54.15")
+    assert len(old) == 1 and "R570 or newer" in old[0] and "550" in old[0]
+    assert planned_driver_problems(["9.0"], 550, False, "nvidia-driver-550", "550.54.15") == []  # Hopper: fine
+    mismatch = planned_driver_problems(["9.0"], 580, True, "nvidia-driver-580-open", "575.1")
+    assert mismatch == ["nvidia_driver_version 575.1 is not a release of branch 580"]

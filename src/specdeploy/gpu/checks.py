@@ -45,12 +45,36 @@ def gpu_count_problems(facts: GpuFacts, tp: int, pp: int = 1) -> list[str]:
     return [problem]
 
 
+def _blackwell_major(major: int) -> bool:
+    """Blackwell: SM100 data centre (10.x) and SM120 RTX PRO/GeForce (12.x)."""
+    return major >= 12 or major == 10
+
+
 def _needs_open_modules(gpu: Gpu) -> bool:
-    """Blackwell (SM100 data centre, SM120 RTX PRO/GeForce) runs only on the open kernel modules."""
+    """Blackwell runs only on the open kernel modules."""
     if gpu.compute_capability is not None:
-        major = gpu.compute_capability[0]
-        return major >= 12 or major == 10
+        return _blackwell_major(gpu.compute_capability[0])
     return gpu.architecture == "Blackwell"
+
+
+def planned_driver_problems(
+    compute_capabilities: Iterable[str], branch: int, open_modules: bool, package: str, version: str
+) -> list[str]:
+    """What the nvidia_driver role is about to install, judged before it installs anything."""
+    blackwell = sorted({cc for cc in compute_capabilities if _blackwell_major(int(str(cc).split(".")[0]))})
+    problems: list[str] = []
+    what = f"GPUs with compute capability {'/'.join(blackwell)} (Blackwell)"
+    if blackwell and not open_modules:
+        problems.append(f"{what} need the NVIDIA open kernel modules, but nvidia_driver_open is false: the "
+                        "proprietary module fails with 'requires use of the NVIDIA open kernel modules'")  # fmt: skip
+    if blackwell and int(branch) < MIN_BLACKWELL_BRANCH:
+        problems.append(f"{what} need driver branch R{MIN_BLACKWELL_BRANCH} or newer (R{RECOMMENDED_BRANCH} "
+                        f"recommended), but nvidia_driver_branch is {branch}")  # fmt: skip
+    if blackwell and open_modules and "open" not in package:
+        problems.append(f"{what} need an open-module package, but nvidia_driver_package is {package}")
+    if not str(version).startswith(f"{branch}."):
+        problems.append(f"nvidia_driver_version {version} is not a release of branch {branch}")
+    return problems
 
 
 def _describe(gpus: list[Gpu]) -> str:
