@@ -34,8 +34,10 @@ FILES = ("nvidia-smi-q.xml", "query-gpu.csv", "query-apps.csv", "topo.txt", "ver
 
 
 def capture_dir() -> Path:
-    """The real captures this simulation transforms: <project_root>/../shared/fixtures/nvidia-smi."""
-    return project_root().parent / "shared" / "fixtures" / "nvidia-smi"
+    """The real captures this simulation transforms: <project_root>/../shared/fixtures/nvidia-smi, or
+    the verbatim copy in tests/data (a clone elsewhere, e.g. CI's, has no ../shared)."""
+    shared = project_root().parent / "shared" / "fixtures" / "nvidia-smi"
+    return shared if shared.is_dir() else project_root() / "tests" / "data" / "nvidia-smi" / "shared-captures"
 
 
 def _read(source: Path, name: str) -> str:
