@@ -70,6 +70,7 @@ test: lint test-unit test-integration test-e2e ## Everything CI runs, test bed a
 bench: setup ## Benchmarks (not tests): patch apply+verify on real releases; watch latency and overhead
 	$(BIN)/python bench/bench_patch.py
 	$(BIN)/python bench/bench_watch.py
+	$(BIN)/python bench/bench_watch_corpus.py
 	$(BIN)/python bench/bench_deploy.py
 	$(BIN)/python bench/bench_image.py
 

@@ -55,6 +55,8 @@ class ActionModule(ActionBase):
                 api_key=cfg.api_key,
                 diagnostics=diagnostics,
                 progress=False,
+                # Stage, elapsed, ETA and GPU memory while a long load runs: never a silent wait.
+                on_progress=lambda line: display.display(f"  {target.host}: {container}: {line}"),
             )
             verdict = watch_container_on_host(hostvars, container, cfg.port, options)
             display.display(f"  {target.host}: {container}: {verdict.first_line()}")

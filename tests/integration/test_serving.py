@@ -71,6 +71,10 @@ def test_deploy_serves_eagle3_and_the_counters_grow(deployed):
     rate = re.search(r"READY [\d.]+s model=tiny-deepseek-v3 completion=\d+ tokens acceptance=([\d.]+)%", out)
     assert rate and float(rate[1]) > 0, out[-3000:]  # always-accept drafter: tokens really accepted
     assert "page cache warmed" in out and "next: make verify" in out
+    # Progress while it loads (stage, elapsed; ETA and GPU memory where known), before the verdict.
+    progress = re.findall(rf"{ENGINE}: ([a-zA-Z ()./]+?)(?: \d+/\d+ shards)?, (\d+)s elapsed", out.split("READY ")[0])
+    assert len(progress) >= 2, out[-4000:]
+    assert "loading weights" in {stage for stage, _ in progress}, progress
     text, before, after = complete_and_count()
     assert text, "empty completion"
     assert after > before, (before, after)

@@ -71,8 +71,9 @@ def build_source(args: argparse.Namespace) -> Source:
         return ProcessSource(proc.pid, args.log_file, proc)
     if args.pid is None or args.log_file is None:
         raise SpecdeployError("say what to watch: --pid PID --log-file FILE, or --container NAME")
-    if not Path(f"/proc/{args.pid}").exists():
-        raise SpecdeployError(f"--pid {args.pid}: no such process")
+    if not Path(f"/proc/{args.pid}").exists() and not args.log_file.is_file():
+        raise SpecdeployError(f"--pid {args.pid}: no such process, and no log at {args.log_file} to read its end from")
+    # A pid that has already died is still judged: FAILED, with the cause its log holds.
     return ProcessSource(args.pid, args.log_file)
 
 

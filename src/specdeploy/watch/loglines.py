@@ -1,4 +1,5 @@
-"""Engine log lines: strip colours, split off the process prefix, classify noise."""
+"""Engine log lines: strip colours and collector prefixes, split off the process prefix and the
+logger header, classify noise. The grammar is data: `log_grammar.yaml` and `noise_patterns.yaml`."""
 
 from __future__ import annotations
 
@@ -6,46 +7,116 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# vLLM: "(APIServer pid=12)", "(EngineCore_DP0 pid=40)", "(Worker_TP0 pid=41)", "(VllmWorker-0 pid=7)".
-_VLLM_PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\)\s?")
-# SGLang: "[2026-03-02 10:00:00 DP0 TP3] ..." or "[2026-03-02 10:00:00 TP0] ...".
-_SGLANG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?(?P<ranks>(?: (?:DP|TP|PP|EP)\d+)+)\]\s?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+MAIN = "main"
 
 
-# vLLM's formatter repeats "ERROR 11-29 10:00:01 [core.py:700] " on every line of a record.
-_VLLM_LOGGER = re.compile(
-    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] "
-)
-_SGLANG_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b:?\s?")
+def _load(name: str) -> Any:
+    return yaml.safe_load(resources.files(__package__).joinpath(name).read_text())
+
+
+def _compile_all(patterns: list[str]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """log_grammar.yaml, compiled once."""
+
+    version: int
+    collector_prefixes: tuple[re.Pattern[str], ...]
+    process_prefixes: tuple[re.Pattern[str], ...]
+    logger_headers: tuple[re.Pattern[str], ...]
+    traceback_header: re.Pattern[str]
+    chained: tuple[re.Pattern[str], ...]
+    frame: re.Pattern[str]
+    exception: re.Pattern[str]
+    headerless_exception: re.Pattern[str]
+    cpp_type: re.Pattern[str]
+    cpp_message: re.Pattern[str]
+    fatal_python_error: re.Pattern[str]
+    device_assert: re.Pattern[str]
+    device_assert_reported: re.Pattern[str]
+    hint_lines: tuple[re.Pattern[str], ...]
+    wrappers: tuple[re.Pattern[str], ...]
+    secondary: tuple[re.Pattern[str], ...]
+    fatal_lines: tuple[re.Pattern[str], ...]
+    stages: tuple[tuple[str, re.Pattern[str]], ...]
+    shard_progress: re.Pattern[str]
+
+
+@cache
+def grammar() -> Grammar:
+    data = _load("log_grammar.yaml")
+    tb = data["traceback"]
+    return Grammar(
+        version=int(data["version"]),
+        collector_prefixes=_compile_all(data["collector_prefixes"]),
+        process_prefixes=_compile_all(data["process_prefixes"]),
+        logger_headers=_compile_all(data["logger_headers"]),
+        traceback_header=re.compile(tb["header"]),
+        chained=_compile_all(tb["chained"]),
+        frame=re.compile(tb["frame"]),
+        exception=re.compile(tb["exception"]),
+        headerless_exception=re.compile(data["headerless_exception"]),
+        cpp_type=re.compile(data["cpp_terminate"]["type"]),
+        cpp_message=re.compile(data["cpp_terminate"]["message"]),
+        fatal_python_error=re.compile(data["fatal_python_error"]),
+        device_assert=re.compile(data["device_assert"]),
+        device_assert_reported=re.compile(data["device_assert_reported"]),
+        hint_lines=_compile_all(data["hint_lines"]),
+        wrappers=_compile_all(data["wrappers"]),
+        secondary=_compile_all(data["secondary"]),
+        fatal_lines=_compile_all(data["fatal_lines"]),
+        stages=tuple((stage, re.compile(rx)) for stage, rxs in data["stages"].items() for rx in rxs),
+        shard_progress=re.compile(data["shard_progress"]),
+    )
 
 
 @dataclass(frozen=True)
 class LogLine:
-    process: str  # "APIServer", "EngineCore_DP0", "TP0", ... or "main"
+    process: str  # "APIServer", "EngineCore_DP0", "VllmWorker rank=3", "TP3", "rank3", ... or "main"
     pid: int | None
-    text: str  # without colour codes, process prefix or logger header
+    text: str  # without colour codes, prefixes or logger header
     level: str = ""
+    bare: bool = False  # neither a process prefix nor a logger header: whose line it is must be inferred
+
+
+def _process_of(match: re.Match[str]) -> tuple[str, int | None]:
+    groups = match.groupdict()
+    if groups.get("proc"):
+        return groups["proc"], int(groups["pid"]) if groups.get("pid") else None
+    if groups.get("ranks"):
+        return "_".join(groups["ranks"].split()), None
+    if groups.get("rank"):
+        return f"rank{groups['rank']}", None
+    return MAIN, None
 
 
 def parse_line(raw: str) -> LogLine:
+    g = grammar()
     text = _ANSI.sub("", raw.rstrip("\r\n"))
-    process, pid = "main", None
-    match = _VLLM_PREFIX.match(text)
-    if match:
-        process, pid, text = match["proc"], int(match["pid"]), text[match.end() :]
-    else:
-        match = _SGLANG_PREFIX.match(text)
+    for prefix in g.collector_prefixes:
+        match = prefix.match(text)
         if match:
-            process, text = "_".join(match["ranks"].split()), text[match.end() :]
+            text = text[match.end() :]
+    process, pid, prefixed = MAIN, None, False
+    for prefix in g.process_prefixes:
+        match = prefix.match(text)
+        if match:
+            (process, pid), text, prefixed = _process_of(match), text[match.end() :], True
+            break
     level = ""
-    header = _VLLM_LOGGER.match(text) or _SGLANG_LEVEL.match(text)
-    if header:
-        level, text = header["level"], text[header.end() :]
-    return LogLine(process, pid, text, level)
+    for header in g.logger_headers:
+        match = header.match(text)
+        if match:
+            level, text = match["level"], text[match.end() :]
+            break
+    return LogLine(process, pid, text, level, bare=not prefixed and not level)
 
 
 @dataclass(frozen=True)
@@ -53,17 +124,26 @@ class NoisePattern:
     id: str
     regex: re.Pattern[str]
     why: str
+    progress: bool  # a sign of life (a tqdm bar, NCCL INFO), though never a cause
 
 
 @cache
 def noise_catalogue() -> tuple[int, tuple[NoisePattern, ...]]:
-    data = yaml.safe_load(resources.files(__package__).joinpath("noise_patterns.yaml").read_text())
-    patterns = tuple(NoisePattern(p["id"], re.compile(p["regex"]), p["why"]) for p in data["patterns"])
+    data = _load("noise_patterns.yaml")
+    patterns = tuple(
+        NoisePattern(p["id"], re.compile(p["regex"]), p["why"], bool(p.get("progress", False)))
+        for p in data["patterns"]
+    )
     return int(data["version"]), patterns
 
 
-def noise_id(text: str) -> str | None:
+def noise_match(text: str) -> NoisePattern | None:
     for pattern in noise_catalogue()[1]:
         if pattern.regex.search(text):
-            return pattern.id
+            return pattern
     return None
+
+
+def noise_id(text: str) -> str | None:
+    pattern = noise_match(text)
+    return pattern.id if pattern else None

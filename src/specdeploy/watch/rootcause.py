@@ -1,52 +1,39 @@
 """Find the exception that started a failure, across every process's interleaved output.
 
 Python prints a chained cause before its consequence, and a child process's traceback reaches
-the log before the parent's generic wrapper, so the first traceback that is neither noise nor a
-known wrapper is the origin.
+the log before the parent's generic wrapper, so the first exception that is neither noise, a
+known wrapper nor a consequence of another process's death is the origin. The shapes of the
+lines (prefixes, traceback headers anywhere in a line, frames without a prefix, exceptions with
+no header, C++ terminations, device asserts) come from `log_grammar.yaml`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from pathlib import PurePosixPath
 
-from specdeploy.watch.loglines import LogLine, noise_id
+from specdeploy.watch.loglines import MAIN, LogLine, grammar, noise_id
 
-_TRACEBACK = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
-_EXCEPTION = re.compile(
-    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Warning))(?::\s?(?P<msg>.*))?$"
-)
-_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
-# Generic wrappers: true, but never the reason.
-_WRAPPERS = tuple(
-    re.compile(rx)
-    for rx in (
-        r"Engine core initialization failed",
-        r"WorkerProc initialization failed",
-        r"failed to be inspected",
-        r"Worker failed with error",
-        r"EngineDeadError|EngineGenerateError",
-        r"^SystemExit|^KeyboardInterrupt",
-        r"Error in inspecting model architecture",
-        r"returned non-zero exit status",
-        r"See stack trace for root cause",
-        r"Error raised in subprocess",
-    )
-)
-# Inside a pydantic ValidationError: "  Value error, <message> [type=value_error, ...]".
-_PYDANTIC_INNER = re.compile(r"^\s*(?P<kind>Value error|Assertion failed|Type error),\s*(?P<msg>.*?)(?:\s*\[type=.*)?$")
-_PYDANTIC_KIND = {"Value error": "ValueError", "Assertion failed": "AssertionError", "Type error": "TypeError"}
 ENGINE_PATH_MARKERS = ("/vllm/", "/sglang/", "/sgl_kernel/")
+_PYDANTIC_KIND = {"Value error": "ValueError", "Assertion failed": "AssertionError", "Type error": "TypeError"}
 
 
-@dataclass(frozen=True)
+class Weight(IntEnum):
+    """How much a record explains a failure; the first record of the highest weight wins."""
+
+    WRAPPER = 0  # "Engine core initialization failed": true, never the reason
+    SECONDARY = 1  # "Connection closed by peer": another process died first
+    CAUSE = 2
+
+
+@dataclass
 class Frame:
     file: str
     line: int
     func: str | None
+    source: str | None = None
 
 
 @dataclass
@@ -55,8 +42,9 @@ class ExceptionRecord:
     type: str
     message: str
     frames: list[Frame]
+    origin: str = "traceback"  # traceback | headerless | c++ | fatal
     detail: list[str] = field(default_factory=list)
-    chained_to_previous: bool = False
+    hints: list[str] = field(default_factory=list)
 
     @property
     def short_type(self) -> str:
@@ -69,20 +57,35 @@ class ExceptionRecord:
                 return frame
         return self.frames[-1] if self.frames else None
 
-    def is_wrapper(self) -> bool:
+    def weight(self) -> Weight:
         text = f"{self.type}: {self.message}"
-        return any(rx.search(text) for rx in _WRAPPERS)
+        g = grammar()
+        if any(rx.search(text) for rx in g.wrappers):
+            return Weight.WRAPPER
+        if any(rx.search(text) for rx in g.secondary):
+            return Weight.SECONDARY
+        return Weight.CAUSE
 
     def unwrapped(self) -> ExceptionRecord:
         """A pydantic ValidationError names its real error on a following line."""
         if not self.type.endswith("ValidationError"):
             return self
         for line in self.detail:
-            match = _PYDANTIC_INNER.match(line)
-            if match:
-                kind = _PYDANTIC_KIND[match["kind"]]
-                return ExceptionRecord(self.process, kind, match["msg"], self.frames, self.detail)
+            stripped = line.strip()
+            for kind, real in _PYDANTIC_KIND.items():
+                if stripped.startswith(f"{kind}, "):
+                    message = stripped[len(kind) + 2 :].split(" [type=", 1)[0].strip()
+                    return ExceptionRecord(self.process, real, message, self.frames, self.origin, self.detail)
         return self
+
+    def explained_message(self) -> str:
+        """The message, or for a bare `assert`, the asserted condition from the source line."""
+        if self.message:
+            return self.message
+        innermost = self.frames[-1] if self.frames else None
+        if innermost and innermost.source and innermost.source.startswith("assert"):
+            return f"{innermost.source} failed"
+        return ""
 
 
 @dataclass
@@ -92,6 +95,7 @@ class RootCause:
     process: str
     file: str | None
     line: int | None
+    origin: str = "traceback"
 
     def headline(self) -> str:
         text = f"{self.type}: {self.message}".rstrip(": ")
@@ -103,65 +107,158 @@ class RootCause:
         return f"{self.file}:{self.line}" if self.file else "unknown location"
 
 
+@dataclass
+class _OpenTraceback:
+    frames: list[Frame] = field(default_factory=list)
+
+
 class TracebackCollector:
     """Feed log lines as they arrive; ask for the root cause at any time."""
 
     def __init__(self) -> None:
         self.records: list[ExceptionRecord] = []
-        self._open: dict[str, list[Frame]] = {}
-        self._chain_next: dict[str, bool] = {}
-        self._last: dict[str, ExceptionRecord] = {}
+        self.device_asserts: list[tuple[str, str]] = []  # (process, "IndexKernel.cu:111: Assertion `...` failed")
         self.error_lines: list[LogLine] = []
+        self.fatal_lines: list[LogLine] = []
+        self._open: dict[str, _OpenTraceback] = {}  # insertion order: the newest is last
+        self._last: dict[str, ExceptionRecord] = {}  # a record whose message may go on
+        self._newest: ExceptionRecord | None = None
+        self._cpp_type: dict[str, str] = {}
+        self._previous: LogLine | None = None
+
+    # ------------------------------------------------------------------ attribution
+
+    def _owner(self, line: LogLine) -> str:
+        """A line without a prefix belongs to the traceback still open (SGLang prints a rank's
+        frames without its prefix), else to the record it continues, else to the main process."""
+        if not line.bare:
+            return line.process
+        if self._open:
+            return next(reversed(self._open))
+        if self._newest is not None and self._last.get(self._newest.process) is self._newest:
+            return self._newest.process
+        return MAIN
+
+    def _header_owner(self, line: LogLine) -> str:
+        """A bare `Traceback` line right after a process's error line (a logger that printed its
+        message, then the traceback) is that process's; otherwise the main process's."""
+        prev = self._previous
+        if line.bare and prev is not None and not prev.bare and prev.level in {"ERROR", "CRITICAL"}:
+            return prev.process
+        return self._owner(line) if line.bare and self._open else line.process
+
+    # ------------------------------------------------------------------ feeding
 
     def feed(self, line: LogLine) -> None:
-        text, proc = line.text, line.process
-        if text.startswith(_TRACEBACK):
-            self._open[proc] = []
-            self._last.pop(proc, None)
+        try:
+            self._feed(line)
+        finally:
+            self._previous = line
+
+    def _record(self, record: ExceptionRecord) -> None:
+        self.records.append(record)
+        self._last[record.process] = record
+        self._newest = record
+
+    def _feed(self, line: LogLine) -> None:
+        g, text = grammar(), line.text
+        header = g.traceback_header.search(text)
+        if header:
+            owner = self._header_owner(line)
+            self._open.pop(owner, None)  # re-insert: the newest open traceback is last
+            self._open[owner] = _OpenTraceback()
+            self._last.pop(owner, None)
             return
-        if any(text.startswith(marker) for marker in _CHAINED):
-            self._chain_next[proc] = True
-            self._last.pop(proc, None)
+        owner = self._owner(line)
+        if any(rx.match(text) for rx in g.chained):
+            self._last.pop(owner, None)
             return
-        frames = self._open.get(proc)
-        if frames is not None:
-            frame = _FRAME.match(text)
+        frame = g.frame.match(text)
+        tb = self._open.get(owner)
+        if tb is None and frame and line.bare:
+            tb = self._open[owner] = _OpenTraceback()  # the log starts mid-traceback
+        if tb is not None:
             if frame:
-                frames.append(Frame(frame["file"], int(frame["line"]), frame["func"]))
-                return
-            exc = _EXCEPTION.match(text)
-            if exc and not text.startswith((" ", "\t")):
-                record = ExceptionRecord(
-                    proc,
-                    exc["type"],
-                    (exc["msg"] or "").strip(),
-                    frames,
-                    chained_to_previous=self._chain_next.pop(proc, False),
-                )
-                self.records.append(record)
-                self._last[proc] = record
-                del self._open[proc]
-            return  # source lines and carets inside a traceback
-        last = self._last.get(proc)
-        if last is not None and text.strip() and (text.startswith((" ", "\t")) or not line.level):
-            last.detail.append(text)  # continuation of a multi-line exception message
+                tb.frames.append(Frame(frame["file"], int(frame["line"]), frame["func"]))
+            elif text[:1] in (" ", "\t"):
+                if tb.frames and tb.frames[-1].source is None and text.strip().strip("^~ "):
+                    tb.frames[-1].source = text.strip()
+            elif (exc := g.exception.match(text)) and noise_id(text) is None:
+                del self._open[owner]
+                self._record(ExceptionRecord(owner, exc["type"], (exc["msg"] or "").strip(), tb.frames))
+            elif exc:
+                del self._open[owner]  # a known-noise exception (e.g. the SparseMatrix import)
             return
-        self._last.pop(proc, None)
-        if line.level in {"ERROR", "CRITICAL"} and noise_id(text) is None:
+        if (cont := self._last.get(owner)) is not None and text.strip() and self._continues(line, cont):
+            if any(rx.match(text.strip()) for rx in g.hint_lines):
+                cont.hints.append(text.strip())
+            else:
+                cont.detail.append(text)
+            return
+        self._last.pop(owner, None)
+        self._structural(line, owner, text)
+
+    def _continues(self, line: LogLine, record: ExceptionRecord) -> bool:
+        """A multi-line message goes on in bare lines, or in indented or hint lines of the same
+        process (vLLM repeats its header on every line of one record)."""
+        g, text = grammar(), line.text
+        if g.headerless_exception.match(text):
+            return False
+        if line.bare:
+            return True
+        return line.process == record.process and (
+            text[:1] in (" ", "\t") or any(rx.match(text) for rx in g.hint_lines)
+        )
+
+    def _structural(self, line: LogLine, owner: str, text: str) -> None:
+        """Lines outside any traceback: device asserts, C++ terminations, fatal errors, exceptions
+        with no header, error lines."""
+        g = grammar()
+        if noise_id(text) is not None:
+            return
+        if assertion := g.device_assert.search(text):
+            where = PurePosixPath(assertion["where"]).name
+            self.device_asserts.append((owner, f"{where}:{assertion['line']}: Assertion `{assertion['cond']}` failed"))
+            return
+        if cpp := g.cpp_type.search(text):
+            self._cpp_type[owner] = cpp["type"]
+            return
+        if owner in self._cpp_type and (what := g.cpp_message.match(text)):
+            self._record(ExceptionRecord(owner, self._cpp_type.pop(owner), what["msg"].strip(), [], "c++"))
+            return
+        if fatal := g.fatal_python_error.match(text):
+            self._record(ExceptionRecord(owner, "Fatal Python error", fatal["msg"].strip(), [], "fatal"))
+            return
+        if exc := g.headerless_exception.match(text):
+            self._record(ExceptionRecord(owner, exc["type"], exc["msg"].strip(), [], "headerless"))
+            return
+        if any(rx.search(text) for rx in g.fatal_lines):
+            self.fatal_lines.append(line)
+        if line.level in {"ERROR", "CRITICAL"}:
             self.error_lines.append(line)
+
+    # ------------------------------------------------------------------ verdict
 
     def root_cause(self) -> RootCause | None:
         candidates = [r.unwrapped() for r in self.records]
-        meaningful = [r for r in candidates if not r.is_wrapper() and noise_id(f"{r.type}: {r.message}") is None]
-        chosen = meaningful[0] if meaningful else (candidates[0] if candidates else None)
+        chosen = max(candidates, key=lambda r: r.weight(), default=None)  # max keeps the first of a weight
         if chosen is None:
-            if self.error_lines:
-                first = self.error_lines[0]
-                return RootCause("error", first.text, first.process, None, None)
-            return None
+            return self._without_exception()
         where = chosen.location()
-        return RootCause(chosen.short_type, chosen.message, chosen.process, where.file if where else None,
-                         where.line if where else None)  # fmt: skip
+        message = chosen.explained_message()
+        if self.device_asserts and any(grammar().device_assert_reported.search(r.message) for r in candidates):
+            message = f"{message}; first device assert: {self.device_asserts[0][1]}"
+        return RootCause(chosen.short_type, message, chosen.process, where.file if where else None,
+                         where.line if where else None, chosen.origin)  # fmt: skip
+
+    def _without_exception(self) -> RootCause | None:
+        if self.device_asserts:
+            process, text = self.device_asserts[0]
+            return RootCause("device-side assert", text, process, None, None, "device-assert")
+        for lines in (self.fatal_lines, self.error_lines):
+            if lines:
+                return RootCause("error", lines[0].text.strip(), lines[0].process, None, None, "error-line")
+        return None
 
 
 def root_cause_of(lines: Iterable[LogLine]) -> RootCause | None:

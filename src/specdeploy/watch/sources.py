@@ -27,6 +27,7 @@ class Liveness:
     state: str = ""  # "running", "stopped (SIGSTOP)", "exited", ...
     oom_killed: bool = False
     restarts: int = 0
+    note: str = ""  # why exit_code is None, when it is
 
 
 class Source(Protocol):
@@ -88,6 +89,8 @@ class ProcessSource:
         self.description = f"pid {pid} (log {log_file})"
         self._offset = 0
         self._partial = ""
+        # Someone looked too late (the seeds' case): the log still holds the cause.
+        self.dead_at_start = popen is None and _proc_state(pid) in {None, "Z", "X"}
 
     def read_new(self) -> list[str]:
         try:
@@ -107,6 +110,9 @@ class ProcessSource:
             code = self.popen.poll()
             if code is not None:
                 return Liveness(False, 128 - code if code < 0 else code, "exited")
+        if self.dead_at_start:
+            return Liveness(False, None, "exited", note=f"exit status unknown: pid {self.pid} had exited before "
+                                                         "the watch started")  # fmt: skip
         state = _proc_state(self.pid)
         if state is None or state in {"Z", "X"}:
             code = None
@@ -116,7 +122,8 @@ class ProcessSource:
                     code = os.waitstatus_to_exitcode(status) if status else None
                 except ChildProcessError:
                     pass
-            return Liveness(False, 128 - code if code is not None and code < 0 else code, "exited")
+            note = "" if code is not None else f"exit status unknown: pid {self.pid} is not this watchdog's child"
+            return Liveness(False, 128 - code if code is not None and code < 0 else code, "exited", note=note)
         return Liveness(True, None, "stopped (SIGSTOP)" if state in {"T", "t"} else "running")
 
     def dump_stacks(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -17,10 +18,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specdeploy.watch.loglines import noise_catalogue, noise_id, parse_line
+from specdeploy.watch.loglines import grammar, noise_catalogue, noise_match, parse_line
 from specdeploy.watch.readiness import NotReady, ReadinessProbe
 from specdeploy.watch.rootcause import RootCause, TracebackCollector
-from specdeploy.watch.sources import SIGKILL_EXIT, Source
+from specdeploy.watch.sources import SIGKILL_EXIT, Liveness, Source
 from specdeploy.watch.stacks import summarise_stacks
 from specdeploy.watch.stages import Stage, recognise
 
@@ -47,7 +48,11 @@ class WatchOptions:
     api_key: str | None = None
     request_timeout_s: float = 120.0
     diagnostics: Path = Path(".state/watch")
-    progress: bool = True
+    progress: bool = True  # the interactive bar on stderr
+    # Plain progress lines (stage, elapsed, ETA, GPU memory) for callers that print them, e.g. the
+    # serving action in Ansible's output: at every stage change and at most every `progress_every_s`.
+    on_progress: Callable[[str], None] | None = None
+    progress_every_s: float = 30.0
 
 
 @dataclass
@@ -60,6 +65,8 @@ class Verdict:
     exit_code: int | None = None
     noise: dict[str, int] = field(default_factory=dict)
     noise_catalogue_version: int = 0
+    grammar_version: int = 0
+    stages: list[dict[str, object]] = field(default_factory=list)  # [{"stage": label, "at_s": s}, ...]
     acceptance: dict[str, float | None] | None = None
     completion: dict[str, object] | None = None
     stack_summary: list[str] = field(default_factory=list)
@@ -83,6 +90,8 @@ class Watch:
         self.gpu_mib: int | None = None
         self._gpu_sampled_at = -GPU_SAMPLE_EVERY_S
         self.health: int | None = None
+        self.stage_at: dict[Stage, float] = {Stage.LAUNCHED: 0.0}
+        self._reported: tuple[Stage, float] | None = None  # (stage, when) of the last progress line
         self.probe = (
             ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
             if options.url
@@ -100,18 +109,25 @@ class Watch:
         for raw in self.source.read_new():
             self.raw.append(raw)
             line = parse_line(raw)
-            kind = noise_id(line.text)
-            if kind:
-                self.noise[kind] += 1
-                continue  # noise is never progress and never a cause
-            self.collector.feed(line)
+            noise = noise_match(line.text)
+            if noise:
+                self.noise[noise.id] += 1
+                if not noise.progress:
+                    continue  # noise is never progress and never a cause
+            else:
+                self.collector.feed(line)
             if line.text.strip():
                 self._progress()
             event = recognise(line.text)
             if event and event.stage >= self.stage:
-                self.stage = event.stage
+                self._enter(event.stage)
                 if event.shards_total:
                     self.shards = (event.shards_done or 0, event.shards_total)
+
+    def _enter(self, stage: Stage) -> None:
+        if stage not in self.stage_at:
+            self.stage_at[stage] = round(time.monotonic() - self.start, 2)
+        self.stage = stage
 
     def _sample_gpu(self) -> None:
         now = time.monotonic()
@@ -134,22 +150,26 @@ class Watch:
             headline=headline,
             noise=dict(self.noise),
             noise_catalogue_version=catalogue_version,
+            grammar_version=grammar().version,
+            stages=[{"stage": stage.label, "at_s": at} for stage, at in sorted(self.stage_at.items())],
             diagnostics=str(self.diag_dir),
             **extra,  # type: ignore[arg-type]
         )
         self._write_diagnostics(verdict)
         return verdict
 
-    def _failed(self, exit_code: int | None, oom_killed: bool) -> Verdict:
+    def _failed(self, life: Liveness) -> Verdict:
         cause = self.collector.root_cause()
+        exit_code = life.exit_code
+        ended = f"exit {exit_code}" if exit_code is not None else (life.note or "exit status unknown")
         stage = f"last stage: {self.stage.label}"
         if cause is not None:
-            headline = f"{cause.headline()} at {cause.where()} [{cause.process}] ({stage}, exit {exit_code})"
+            headline = f"{cause.headline()} at {cause.where()} [{cause.process}] ({stage}, {ended})"
             return self._verdict(Status.FAILED, headline, root_cause=_cause_dict(cause), exit_code=exit_code)
-        if exit_code == SIGKILL_EXIT or oom_killed:
-            why = "OOM-killed" if oom_killed else "killed by SIGKILL with no traceback (likely the OOM killer)"
+        if exit_code == SIGKILL_EXIT or life.oom_killed:
+            why = "OOM-killed" if life.oom_killed else "killed by SIGKILL with no traceback (likely the OOM killer)"
             return self._verdict(Status.FAILED, f"{why} ({stage})", exit_code=exit_code)
-        return self._verdict(Status.FAILED, f"exited {exit_code} with no traceback in its log ({stage})",
+        return self._verdict(Status.FAILED, f"ended with no traceback in its log ({stage}, {ended})",
                              exit_code=exit_code)  # fmt: skip
 
     def _stalled(self, quiet_s: float, state: str) -> Verdict:
@@ -182,6 +202,43 @@ class Watch:
         completion = {"tokens": ready.completion_tokens, "text": ready.completion_text}
         return self._verdict(Status.READY, summary, acceptance=acceptance, completion=completion)
 
+    def progress_line(self) -> str:
+        """`loading weights 37/64 shards, 312s elapsed, ETA 215s, GPU 41234 MiB`."""
+        now = time.monotonic() - self.start
+        text = self.stage.label
+        if self.stage == Stage.WEIGHTS and self.shards:
+            done, total = self.shards
+            text += f" {done}/{total} shards"
+        text += f", {now:.0f}s elapsed"
+        eta = self._eta(now)
+        if eta is not None:
+            text += f", ETA {eta:.0f}s"
+        if self.gpu_mib is not None:
+            text += f", GPU {self.gpu_mib} MiB"
+        return text
+
+    def _eta(self, now: float) -> float | None:
+        """From the shard rate since loading began; none before the first shard is done."""
+        if self.stage != Stage.WEIGHTS or not self.shards or self.shards[0] <= 0:
+            return None
+        done, total = self.shards
+        spent = now - self.stage_at.get(Stage.WEIGHTS, now)
+        return spent / done * (total - done) if spent > 0 else None
+
+    def _report_progress(self) -> None:
+        if self.opt.on_progress is None:
+            return
+        now = time.monotonic()
+        last = self._reported
+        if last is not None and last[0] == self.stage and now - last[1] < self.opt.progress_every_s:
+            return
+        self._reported = (self.stage, now)
+        line = self.progress_line()
+        self.opt.on_progress(line)
+        self.diag_dir.mkdir(parents=True, exist_ok=True)
+        with (self.diag_dir / "progress.log").open("a") as out:
+            out.write(f"{line}\n")
+
     def _write_diagnostics(self, verdict: Verdict) -> None:
         self.diag_dir.mkdir(parents=True, exist_ok=True)
         (self.diag_dir / "engine.log").write_text("\n".join(self.raw) + "\n")
@@ -210,6 +267,7 @@ class Watch:
                 bar.update(task, description=self.stage.label, completed=int(self.stage), extra=extra)
                 if verdict is not None:
                     return verdict
+                self._report_progress()
                 time.sleep(self.opt.interval_s)
 
     def _poll(self) -> Verdict | None:
@@ -218,7 +276,7 @@ class Watch:
         if not life.alive:
             died_at = time.monotonic()
             self._ingest()  # the last lines (the traceback) may land with the exit
-            verdict = self._failed(life.exit_code, life.oom_killed)
+            verdict = self._failed(life)
             verdict.detected_after_exit_s = round(time.monotonic() - died_at, 3)
             return verdict
         self._sample_gpu()
@@ -228,7 +286,7 @@ class Watch:
                 self.health = health
                 self._progress()
             if health == 200:
-                self.stage = Stage.API_SERVER
+                self._enter(Stage.API_SERVER)
                 return self._ready()
         now = time.monotonic()
         if now - self.last_progress > self.opt.stall_timeout_s:
