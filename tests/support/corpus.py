@@ -23,7 +23,7 @@ STALL_WINDOW_S = 2.0
 
 @dataclass(frozen=True)
 class Cause:
-    type: str
+    type: str | None  # None where the pasted window does not print the type
     keywords: tuple[str, ...]
     process: str | None = None
 
@@ -89,7 +89,8 @@ def names_true_cause(first_line: str, log: CorpusLog) -> tuple[bool, str]:
     if log.cause is None:
         return True, ""
     shown = first_line.split(" at ", 1)[0] if " at " in first_line else first_line
-    missing = [k for k in (log.cause.type, *log.cause.keywords) if k not in first_line]
+    wanted = [k for k in (log.cause.type, *log.cause.keywords) if k]
+    missing = [k for k in wanted if k not in first_line]
     if missing:
         return False, f"missing {missing}"
     wrong = [w for w in log.not_cause if w in shown]

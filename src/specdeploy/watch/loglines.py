@@ -13,6 +13,7 @@ import yaml
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 MAIN = "main"
+_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}  # glog's one-letter levels
 
 
 def _load(name: str) -> Any:
@@ -42,6 +43,7 @@ class Grammar:
     device_assert: re.Pattern[str]
     device_assert_reported: re.Pattern[str]
     hint_lines: tuple[re.Pattern[str], ...]
+    message_details: tuple[re.Pattern[str], ...]
     wrappers: tuple[re.Pattern[str], ...]
     secondary: tuple[re.Pattern[str], ...]
     fatal_lines: tuple[re.Pattern[str], ...]
@@ -69,6 +71,7 @@ def grammar() -> Grammar:
         device_assert=re.compile(data["device_assert"]),
         device_assert_reported=re.compile(data["device_assert_reported"]),
         hint_lines=_compile_all(data["hint_lines"]),
+        message_details=_compile_all(data["message_details"]),
         wrappers=_compile_all(data["wrappers"]),
         secondary=_compile_all(data["secondary"]),
         fatal_lines=_compile_all(data["fatal_lines"]),
@@ -114,7 +117,7 @@ def parse_line(raw: str) -> LogLine:
     for header in g.logger_headers:
         match = header.match(text)
         if match:
-            level, text = match["level"], text[match.end() :]
+            level, text = _LEVELS.get(match["level"], match["level"]), text[match.end() :]
             break
     return LogLine(process, pid, text, level, bare=not prefixed and not level)
 

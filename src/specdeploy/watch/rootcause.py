@@ -79,9 +79,13 @@ class ExceptionRecord:
         return self
 
     def explained_message(self) -> str:
-        """The message, or for a bare `assert`, the asserted condition from the source line."""
+        """The message (with the line of a multi-line message that names the specific reason), or
+        for a bare `assert`, the asserted condition from the source line."""
         if self.message:
-            return self.message
+            detail = next(
+                (d.strip() for d in self.detail if any(rx.search(d) for rx in grammar().message_details)), None
+            )
+            return f"{self.message} | {detail}" if detail and detail not in self.message else self.message
         innermost = self.frames[-1] if self.frames else None
         if innermost and innermost.source and innermost.source.startswith("assert"):
             return f"{innermost.source} failed"
@@ -206,8 +210,9 @@ class TracebackCollector:
             return False
         if line.bare:
             return True
+        # vLLM prefixes a process's raw stderr too: a prefixed line with no logger header goes on.
         return line.process == record.process and (
-            text[:1] in (" ", "\t") or any(rx.match(text) for rx in g.hint_lines)
+            not line.level or text[:1] in (" ", "\t") or any(rx.match(text) for rx in g.hint_lines)
         )
 
     def _structural(self, line: LogLine, owner: str, text: str) -> None:
@@ -255,7 +260,8 @@ class TracebackCollector:
         if self.device_asserts:
             process, text = self.device_asserts[0]
             return RootCause("device-side assert", text, process, None, None, "device-assert")
-        for lines in (self.fatal_lines, self.error_lines):
+        severe = [line for line in self.fatal_lines if line.level in {"ERROR", "CRITICAL"}]
+        for lines in (severe, self.fatal_lines, self.error_lines):
             if lines:
                 return RootCause("error", lines[0].text.strip(), lines[0].process, None, None, "error-line")
         return None

@@ -25,7 +25,9 @@ from specdeploy.watch.sources import SIGKILL_EXIT, Liveness, Source
 from specdeploy.watch.stacks import summarise_stacks
 from specdeploy.watch.stages import Stage, recognise
 
-HEADLINE_MAX = 400
+HEADLINE_MAX = 1000
+CAUSE_MAX = 800  # of the first line; the rest says where, which process, the stage and the exit
+SEEN_LINES_MAX = 20000  # distinct lines remembered to tell news from a heartbeat
 GPU_SAMPLE_EVERY_S = 5.0  # nvidia-smi is slow (and remote for a container); logs are polled faster
 
 
@@ -92,6 +94,8 @@ class Watch:
         self.health: int | None = None
         self.stage_at: dict[Stage, float] = {Stage.LAUNCHED: 0.0}
         self._reported: tuple[Stage, float] | None = None  # (stage, when) of the last progress line
+        self._shards_seen: tuple[float, int] | None = None  # (when, shards done) at the first count
+        self._seen: set[str] = set()
         self.probe = (
             ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
             if options.url
@@ -116,13 +120,26 @@ class Watch:
                     continue  # noise is never progress and never a cause
             else:
                 self.collector.feed(line)
-            if line.text.strip():
+            if self._is_news(line.text):
                 self._progress()
             event = recognise(line.text)
             if event and event.stage >= self.stage:
                 self._enter(event.stage)
                 if event.shards_total:
                     self.shards = (event.shards_done or 0, event.shards_total)
+                    if self._shards_seen is None:
+                        self._shards_seen = (time.monotonic() - self.start, self.shards[0])
+
+    def _is_news(self, text: str) -> bool:
+        """A line seen before is no progress: a heartbeat ("Waiting for 1 core engine proc(s) to
+        start", every 10 s) must not hide a hang."""
+        text = text.strip()
+        if not text or text in self._seen:
+            return False
+        if len(self._seen) >= SEEN_LINES_MAX:
+            self._seen.clear()
+        self._seen.add(text)
+        return True
 
     def _enter(self, stage: Stage) -> None:
         if stage not in self.stage_at:
@@ -164,7 +181,9 @@ class Watch:
         ended = f"exit {exit_code}" if exit_code is not None else (life.note or "exit status unknown")
         stage = f"last stage: {self.stage.label}"
         if cause is not None:
-            headline = f"{cause.headline()} at {cause.where()} [{cause.process}] ({stage}, {ended})"
+            text = cause.headline()
+            text = text if len(text) <= CAUSE_MAX else text[: CAUSE_MAX - 1] + "…"
+            headline = f"{text} at {cause.where()} [{cause.process}] ({stage}, {ended})"
             return self._verdict(Status.FAILED, headline, root_cause=_cause_dict(cause), exit_code=exit_code)
         if exit_code == SIGKILL_EXIT or life.oom_killed:
             why = "OOM-killed" if life.oom_killed else "killed by SIGKILL with no traceback (likely the OOM killer)"
@@ -218,12 +237,13 @@ class Watch:
         return text
 
     def _eta(self, now: float) -> float | None:
-        """From the shard rate since loading began; none before the first shard is done."""
-        if self.stage != Stage.WEIGHTS or not self.shards or self.shards[0] <= 0:
+        """From the shard rate since the first shard count was seen; none before a second one."""
+        if self.stage != Stage.WEIGHTS or not self.shards or self._shards_seen is None:
             return None
-        done, total = self.shards
-        spent = now - self.stage_at.get(Stage.WEIGHTS, now)
-        return spent / done * (total - done) if spent > 0 else None
+        (t0, done0), (done, total) = self._shards_seen, self.shards
+        if done <= done0 or now <= t0:
+            return None
+        return (now - t0) / (done - done0) * (total - done)
 
     def _report_progress(self) -> None:
         if self.opt.on_progress is None:

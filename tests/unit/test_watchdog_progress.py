@@ -1,0 +1,94 @@
+"""The watch loop's progress lines and its honesty about exit status, on a fake source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdeploy.watch.sources import Liveness
+from specdeploy.watch.watchdog import Watch, WatchOptions
+
+
+@dataclass
+class FakeSource:
+    """Hands out scripted log lines, one batch a poll, then dies with `end`."""
+
+    batches: list[list[str]]
+    end: Liveness
+    alive_after: bool = False  # stay alive (and silent) once the batches are out
+    description: str = "fake"
+    polls: int = field(default=0)
+
+    def read_new(self) -> list[str]:
+        self.polls += 1
+        return self.batches.pop(0) if self.batches else []
+
+    def liveness(self) -> Liveness:
+        return self.end if not self.batches and not self.alive_after else Liveness(True, state="running")
+
+    def dump_stacks(self) -> str:
+        return ""
+
+    def gpu_memory_mib(self) -> int | None:
+        return 1234
+
+
+def run(tmp_path, batches, end, alive_after=False, **options):
+    lines: list[str] = []
+    opts = WatchOptions(url=None, interval_s=0.01, diagnostics=tmp_path, progress=False, on_progress=lines.append,
+                        **options)  # fmt: skip
+    verdict = Watch(FakeSource(batches, end, alive_after=alive_after), opts).run()
+    return verdict, lines
+
+
+def test_progress_at_every_stage_change_with_shards_eta_and_gpu(tmp_path):
+    batches = [
+        ["(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] vLLM API server version 0.9.0"],
+        ["Loading safetensors checkpoint shards:  25% Completed | 16/64 [00:10<00:30,  2.0s/it]"],
+        ["Loading safetensors checkpoint shards:  50% Completed | 32/64 [00:20<00:20,  2.0s/it]"],
+    ]
+    verdict, lines = run(tmp_path, batches, Liveness(False, 1, "exited"))
+    assert verdict.status == "FAILED"
+    assert lines[0].startswith("importing engine, ")
+    assert lines[1].startswith("loading weights 16/64 shards, ")
+    assert "s elapsed" in lines[1] and ", GPU 1234 MiB" in lines[1]
+    assert ", ETA " not in lines[1]  # one shard count gives no rate yet
+    # The same stage again within progress_every_s: no new line.
+    assert len(lines) == 2
+    assert (tmp_path.glob("*/progress.log").__next__()).read_text().splitlines() == lines
+    assert [s["stage"] for s in verdict.stages] == ["launched", "importing engine", "loading weights"]
+
+
+def test_eta_from_the_shard_rate(tmp_path):
+    batches = [
+        ["Loading safetensors checkpoint shards:  25% Completed | 16/64 [00:10<00:30,  2.0s/it]"],
+        *[[] for _ in range(5)],
+        ["Loading safetensors checkpoint shards:  50% Completed | 32/64 [00:20<00:20,  2.0s/it]"],
+        [],
+    ]
+    _, lines = run(tmp_path, batches, Liveness(False, 1, "exited"), progress_every_s=0.0)
+    last = lines[-1]
+    assert last.startswith("loading weights 32/64 shards, ") and ", ETA " in last, lines
+
+
+def test_progress_repeats_after_the_interval(tmp_path):
+    batches = [["Init torch distributed begin."]] + [[] for _ in range(30)]
+    _, lines = run(tmp_path, batches, Liveness(False, 1, "exited"), progress_every_s=0.05)
+    assert len(lines) >= 2 and all(line.startswith("initialising distributed (NCCL), ") for line in lines)
+
+
+def test_unknown_exit_status_is_said_not_printed_as_none(tmp_path):
+    note = "exit status unknown: pid 7 is not this watchdog's child"
+    verdict, _ = run(tmp_path, [["RuntimeError: CUDA error: out of memory"]], Liveness(False, None, "exited", note=note))
+    assert verdict.status == "FAILED" and verdict.headline.endswith(f"({'last stage: launched'}, {note})")
+    assert "None" not in verdict.headline
+
+
+def test_a_heartbeat_is_not_progress(tmp_path):
+    """vLLM 0.8.5 repeating "Waiting for 1 core engine proc(s) to start" while its core hangs
+    (the real log tests/data/real_logs/hang-vllm-v085-waiting-core-engine.log, one line a poll)."""
+    log = Path(__file__).parents[1] / "data" / "real_logs" / "hang-vllm-v085-waiting-core-engine.log"
+    heartbeat = log.read_text().splitlines()
+    batches = [[heartbeat[i % len(heartbeat)]] if i % 5 == 0 else [] for i in range(200)]
+    verdict, _ = run(tmp_path, batches, Liveness(True), alive_after=True, stall_timeout_s=0.5)
+    assert verdict.status == "STALLED", verdict.first_line()
