@@ -32,7 +32,7 @@ from pathlib import Path
 from specdeploy.watch.loglines import noise_id, parse_line
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from tests.support.corpus import CorpusLog, load, names_true_cause, replay_through_cli  # noqa: E402
+from tests.support.corpus import CorpusLog, load, names_true_cause, replay_through_cli
 
 STALL_WINDOW_S = 3.0
 DEFAULT_STALL_S = 300.0

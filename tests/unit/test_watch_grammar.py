@@ -85,7 +85,9 @@ CUDA kernel errors might be asynchronously reported at some other API call, so t
 For debugging consider passing CUDA_LAUNCH_BLOCKING=1
 Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
 """)
-    assert cause is not None and cause.headline() == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert (
+        cause is not None and cause.headline() == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
 
 
 def test_device_assert_printed_before_the_traceback_is_named():

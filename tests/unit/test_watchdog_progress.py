@@ -79,7 +79,9 @@ def test_progress_repeats_after_the_interval(tmp_path):
 
 def test_unknown_exit_status_is_said_not_printed_as_none(tmp_path):
     note = "exit status unknown: pid 7 is not this watchdog's child"
-    verdict, _ = run(tmp_path, [["RuntimeError: CUDA error: out of memory"]], Liveness(False, None, "exited", note=note))
+    verdict, _ = run(
+        tmp_path, [["RuntimeError: CUDA error: out of memory"]], Liveness(False, None, "exited", note=note)
+    )
     assert verdict.status == "FAILED" and verdict.headline.endswith(f"({'last stage: launched'}, {note})")
     assert "None" not in verdict.headline
 

@@ -5,6 +5,7 @@ Liveness comes from process or container state and exit codes, never from log te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -116,6 +117,11 @@ class ProcessSource:
         state = _proc_state(self.pid)
         if state is None or state in {"Z", "X"}:
             code = None
+            if self.popen is not None:  # our child: /proc can show the zombie before poll() reaps it
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self.popen.wait(timeout=2)
+                    code = 128 - code if code < 0 else code
+                return Liveness(False, code, "exited")
             if self.popen is None:
                 try:  # our child after all (e.g. started by a wrapper we exec'd)
                     _, status = os.waitpid(self.pid, os.WNOHANG)
