@@ -74,7 +74,7 @@ def test_eta_from_the_shard_rate(tmp_path):
 def test_progress_repeats_after_the_interval(tmp_path):
     batches = [["Init torch distributed begin."]] + [[] for _ in range(30)]
     _, lines = run(tmp_path, batches, Liveness(False, 1, "exited"), progress_every_s=0.05)
-    assert len(lines) >= 2 and all(line.startswith("initialising distributed (NCCL), ") for line in lines)
+    assert len(lines) >= 2 and all(line.startswith("initialising distributed (NCCL/gloo), ") for line in lines)
 
 
 def test_unknown_exit_status_is_said_not_printed_as_none(tmp_path):
@@ -94,3 +94,16 @@ def test_a_heartbeat_is_not_progress(tmp_path):
     batches = [[heartbeat[i % len(heartbeat)]] if i % 5 == 0 else [] for i in range(200)]
     verdict, _ = run(tmp_path, batches, Liveness(True), alive_after=True, stall_timeout_s=0.5)
     assert verdict.status == "STALLED", verdict.first_line()
+
+
+def test_every_stage_gets_a_line_even_within_one_poll(tmp_path):
+    burst = [
+        "(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] vLLM API server version 0.9.0",
+        "(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] Resolved architecture: DeepseekV3ForCausalLM",
+        "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00,  9.0it/s]",
+        "(EngineCore_DP0 pid=2) INFO 01-01 00:00:01 [b.py:1] Dynamo bytecode transform time: 5.1 s",
+    ]
+    _, lines = run(tmp_path, [burst, []], Liveness(False, 1, "exited"))
+    stages = [line.split(",")[0] for line in lines]
+    assert stages == ["importing engine", "resolving config", "loading weights",
+                      "compiling (torch.compile / autotune)"], lines  # fmt: skip

@@ -30,7 +30,7 @@ _LABELS = {
     Stage.LAUNCHED: "launched",
     Stage.IMPORT: "importing engine",
     Stage.CONFIG: "resolving config",
-    Stage.DISTRIBUTED: "initialising distributed (NCCL)",
+    Stage.DISTRIBUTED: "initialising distributed (NCCL/gloo)",
     Stage.WEIGHTS: "loading weights",
     Stage.COMPILE: "compiling (torch.compile / autotune)",
     Stage.KV_CACHE: "profiling KV cache",

@@ -96,6 +96,7 @@ class Watch:
         self._reported: tuple[Stage, float] | None = None  # (stage, when) of the last progress line
         self._shards_seen: tuple[float, int] | None = None  # (when, shards done) at the first count
         self._seen: set[str] = set()
+        self._passed: list[Stage] = []  # stages entered since the last progress report
         self.probe = (
             ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
             if options.url
@@ -144,6 +145,8 @@ class Watch:
     def _enter(self, stage: Stage) -> None:
         if stage not in self.stage_at:
             self.stage_at[stage] = round(time.monotonic() - self.start, 2)
+            if stage != self.stage:
+                self._passed.append(stage)  # each stage gets its line, even several within one poll
         self.stage = stage
 
     def _sample_gpu(self) -> None:
@@ -249,15 +252,19 @@ class Watch:
         if self.opt.on_progress is None:
             return
         now = time.monotonic()
+        passed, self._passed = [s for s in self._passed if s != self.stage], []
+        lines = [f"{stage.label}, {self.stage_at[stage]:.0f}s elapsed" for stage in passed]
         last = self._reported
-        if last is not None and last[0] == self.stage and now - last[1] < self.opt.progress_every_s:
+        if last is None or last[0] != self.stage or now - last[1] >= self.opt.progress_every_s:
+            self._reported = (self.stage, now)
+            lines.append(self.progress_line())
+        if not lines:
             return
-        self._reported = (self.stage, now)
-        line = self.progress_line()
-        self.opt.on_progress(line)
         self.diag_dir.mkdir(parents=True, exist_ok=True)
         with (self.diag_dir / "progress.log").open("a") as out:
-            out.write(f"{line}\n")
+            for line in lines:
+                self.opt.on_progress(line)
+                out.write(f"{line}\n")
 
     def _write_diagnostics(self, verdict: Verdict) -> None:
         self.diag_dir.mkdir(parents=True, exist_ok=True)
