@@ -17,9 +17,12 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.images import CommandHost
 from specdeploy.paths import state_dir
 from specdeploy.remote_docker import docker_client_for
-from specdeploy.serving import rollout
+from specdeploy.serving import rollout as rollouts
 from specdeploy.serving.config import ServingConfig
+from specdeploy.serving.record import DEFAULT_STATE_DIR, HostRecordStore
+from specdeploy.serving.rollout import Rollout
 from specdeploy.targets import CONNECTION_VARS, from_hostvars
+from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
 from specdeploy.watch.watchdog import Verdict, WatchOptions
 
@@ -28,7 +31,9 @@ display = Display()
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("action", "image", "config", "stall_timeout", "timeout", "warm_page_cache"))
+    _VALID_ARGS = frozenset(
+        ("action", "image", "config", "stall_timeout", "timeout", "warm_page_cache", "state_dir", "reconnect_grace")
+    )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -41,6 +46,7 @@ class ActionModule(ActionBase):
         if problems:
             return {**result, "failed": True, "msg": "; ".join(problems)}
         target, ssh = from_hostvars(hostvars)
+        grace = float(args.get("reconnect_grace", RECONNECT_GRACE_S))
         host_name = str(hostvars.get("inventory_hostname"))
         diagnostics = diagnostics_root(state_dir(), host_name)
 
@@ -58,30 +64,47 @@ class ActionModule(ActionBase):
                 # Stage, elapsed, ETA and GPU memory while a long load runs: never a silent wait.
                 on_progress=lambda line: display.display(f"  {target.host}: {container}: {line}"),
             )
-            verdict = watch_container_on_host(hostvars, container, cfg.port, options)
+            verdict = watch_container_on_host(hostvars, container, cfg.port, options, grace)
+            for note in verdict.notes:
+                display.display(f"  {target.host}: {container}: {note}")
             display.display(f"  {target.host}: {container}: {verdict.first_line()}")
+            if verdict.status == "LOST":  # not a verdict on the engine: the rollout stops where it is
+                raise SpecdeployError(verdict.headline)
             return verdict
 
         def warm() -> str:
             if not args.get("warm_page_cache", True):
                 return "page cache not warmed (serving_warm_page_cache: false)"
-            report = rollout.warm_page_cache(CommandHost(target, ssh), cfg.model_path)
+            report = rollouts.warm_page_cache(CommandHost(target, ssh), cfg.model_path)
             display.display(f"  {target.host}: {report}")
             return report
 
+        grace_note = f"contact lost for more than {grace:.0f} s (serving_reconnect_grace)"
+        rollout: Rollout | None = None
         try:
-            client = docker_client_for(target, ssh)
+            store = HostRecordStore(CommandHost(target, ssh), str(args.get("state_dir", DEFAULT_STATE_DIR)))
+            rollout = Rollout(lambda: docker_client_for(target, ssh), store, watch, diagnostics, grace)
             if args.get("action", "deploy") == "rollback":
-                outcome = rollout.rollback(client, watch, diagnostics)
+                outcome = rollout.rollback()
             else:
                 image = str(args["image"])
                 try:
-                    image_id = str(client.images.get(image).id)
+                    image_id = str(rollout.client.images.get(image).id)
                 except Exception as exc:
+                    if is_transport_error(exc):
+                        raise
                     raise SpecdeployError(f"image {image} is not on {target}: run the build phase first") from exc
-                outcome = rollout.deploy(client, cfg, image_id, watch, warm, diagnostics=diagnostics)
+                outcome = rollout.deploy(cfg, image_id, warm)
         except SpecdeployError as exc:
-            return {**result, "failed": True, "changed": False, "msg": str(exc)}
+            return {**result, "failed": True, "changed": bool(rollout and rollout.began), "msg": str(exc)}
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            state = rollout.record.describe() if rollout is not None else "no rollout began"
+            error = lost_contact(str(target), "rolling the engine out", exc, state,
+                                 hint=f"{grace_note}; when {target.host} answers again: make status "
+                                      "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
+            return {**result, "failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
         failed = outcome.status not in ("deployed", "unchanged")
         message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
         return {**result, **asdict(outcome), "changed": outcome.changed, "failed": failed, "msg": message}

@@ -102,34 +102,66 @@ def from_hostvars(hostvars: Mapping[str, Any]) -> tuple[Target, SshSettings]:
     return target, SshSettings(known_hosts=known, identity_file=Path(str(key)) if key else None)
 
 
-@contextmanager
-def forward_port(target: Target, settings: SshSettings, remote_port: int) -> Iterator[int]:
-    """`ssh -L`: the target's 127.0.0.1:remote_port on a free local port, for as long as needed.
+class Forward:
+    """`ssh -L`: the target's 127.0.0.1:remote_port on a local port that stays the same when the
+    SSH session drops and `ensure()` starts it again (a readiness probe keeps its URL)."""
 
-    Engines bind their API to the host's loopback by default; readiness is proven through this.
-    """
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        local = int(sock.getsockname()[1])
-    cmd = ssh_command(target, settings)
-    at = cmd.index("--")
-    cmd[at:at] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:127.0.0.1:{remote_port}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    def __init__(self, target: Target, settings: SshSettings, remote_port: int) -> None:
+        self.target, self.settings, self.remote_port = target, settings, remote_port
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.local = int(sock.getsockname()[1])
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        cmd = ssh_command(self.target, self.settings)
+        at = cmd.index("--")
+        cmd[at:at] = ["-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=5",
+                      "-L", f"127.0.0.1:{self.local}:127.0.0.1:{self.remote_port}"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + PROBE_TIMEOUT_S * 2
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise diagnose_ssh_failure(target, proc.stderr.read() if proc.stderr else "")
+            if self.proc.poll() is not None:
+                raise diagnose_ssh_failure(self.target, self.proc.stderr.read() if self.proc.stderr else "")
             with socket.socket() as probe_sock:
-                if probe_sock.connect_ex(("127.0.0.1", local)) == 0:
-                    break
+                if probe_sock.connect_ex(("127.0.0.1", self.local)) == 0:
+                    return
             time.sleep(0.1)
-        else:
-            raise SpecdeployError(f"the SSH port forward to {target} port {remote_port} did not come up")
-        yield local
+        raise SpecdeployError(f"the SSH port forward to {self.target} port {self.remote_port} did not come up")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> bool:
+        """Start it again if its SSH session died; False while that fails (the host is unreachable)."""
+        if self.alive():
+            return True
+        self.stop()
+        try:
+            self.start()
+        except SpecdeployError:
+            self.stop()
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@contextmanager
+def forward_port(target: Target, settings: SshSettings, remote_port: int) -> Iterator[int]:
+    """`ssh -L` for as long as needed. Engines bind their API to the host's loopback by default;
+    readiness is proven through this."""
+    forward = Forward(target, settings, remote_port)
+    forward.start()
+    try:
+        yield forward.local
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        forward.stop()
 
 
 # The first pattern found in ssh's stderr decides the diagnosis; ssh exits 255 for all of them.

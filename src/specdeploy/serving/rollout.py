@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from docker.client import DockerClient
 from docker.errors import APIError, NotFound
@@ -23,6 +23,8 @@ from docker.models.containers import Container
 from specdeploy.errors import SpecdeployError
 from specdeploy.images import CommandHost
 from specdeploy.serving.config import CONFIG_LABEL, CONTAINER, ServingConfig
+from specdeploy.serving.record import EngineRef, RecordStore, RolloutRecord, stamp
+from specdeploy.transport import RECONNECT_GRACE_S, with_retries
 from specdeploy.watch.watchdog import Verdict
 
 PREVIOUS = f"{CONTAINER}-previous"
@@ -31,6 +33,7 @@ RUNNING_POLICY = {"Name": "unless-stopped"}
 WARM_MAX_FRACTION = 0.5  # of MemAvailable: never push the serving engine's own memory out
 
 Watcher = Callable[[str], Verdict]  # container name -> verdict
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,12 +64,8 @@ def _remove(client: DockerClient, name: str) -> None:
 
 
 def is_converged(container: Container | None, cfg: ServingConfig, image_id: str) -> bool:
-    return (
-        container is not None
-        and container.status == "running"
-        and container.labels.get(CONFIG_LABEL) == cfg.digest()
-        and container.attrs["Image"] == image_id
-    )
+    """Running this configuration and image (proven or not: see is_proven)."""
+    return container is not None and container.status == "running" and _matches(container, cfg, image_id)
 
 
 def warm_page_cache(host: CommandHost, model_path: str) -> str:
@@ -102,88 +101,226 @@ def _save_diagnostics(verdict: Verdict, container: Container) -> None:
     (folder / "container.json").write_text(json.dumps(attrs, indent=2, default=str) + "\n")
 
 
+def _ref(container: Container, proven: bool = False) -> EngineRef:
+    proven_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if proven else None
+    return EngineRef(
+        str(container.id), str(container.attrs["Image"]), str(container.labels.get(CONFIG_LABEL, "")), proven_at
+    )
+
+
 def _bring_up(container: Container, watch: Watcher, diagnostics: Path) -> Verdict:
-    try:
-        container.start()
-    except APIError as exc:  # e.g. a ulimit or device the host's engine refuses: no process at all
-        folder = diagnostics / time.strftime("%Y%m%dT%H%M%S")
-        return Verdict(status="FAILED", elapsed_s=0.0, stage="container start", diagnostics=str(folder),
-                       headline=f"docker could not start {container.name}: {exc.explanation or exc}")  # fmt: skip
     container.reload()  # a renamed container keeps its old name until reloaded
-    verdict = watch(container.name)
-    if verdict.status == "READY":
-        container.update(restart_policy=RUNNING_POLICY)
-    return verdict
+    if container.status != "running":
+        try:
+            container.start()
+        except APIError as exc:  # e.g. a ulimit or device the host's engine refuses: no process at all
+            folder = diagnostics / time.strftime("%Y%m%dT%H%M%S")
+            return Verdict(
+                status="FAILED",
+                elapsed_s=0.0,
+                stage="container start",
+                diagnostics=str(folder),
+                headline=f"docker could not start {container.name}: {exc.explanation or exc}",
+            )
+        container.reload()
+    return watch(container.name)
 
 
-def deploy(
-    client: DockerClient,
-    cfg: ServingConfig,
-    image_id: str,
-    watch: Watcher,
-    warm: Callable[[], str],
-    *,
-    diagnostics: Path,
-) -> Outcome:
-    current = _get(client, CONTAINER)
-    if is_converged(current, cfg, image_id):
-        assert current is not None
-        return Outcome(False, "unchanged", "the engine runs this image and configuration: not restarted",
-                       image_id=image_id, started_at=current.attrs["State"]["StartedAt"])  # fmt: skip
-    previous_image = current.attrs["Image"] if current is not None else None
-    warm_report = warm()  # while the old container still serves
-    if current is not None:
-        _remove(client, PREVIOUS)
-        current.stop(timeout=60)
-        current.rename(PREVIOUS)
-    _remove(client, CONTAINER)  # (a leftover of an interrupted run)
-    new = client.containers.create(**cfg.container_kwargs(image_id))
-    verdict = _bring_up(new, watch, diagnostics)
-    if verdict.status == "READY":
-        new.reload()
-        started = new.attrs["State"]["StartedAt"]
-        return Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous_image,
-                       warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
-    _save_diagnostics(verdict, new)
-    new.stop(timeout=10)
-    _remove(client, FAILED)
-    new.rename(FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
-    outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous_image,
-                      warm=warm_report, verdict=asdict(verdict))  # fmt: skip
-    previous = _get(client, PREVIOUS)
-    if previous is None:
-        outcome.notes.append("no previous engine to roll back to")
+def is_proven(container: Container | None, record: RolloutRecord) -> bool:
+    """Converged means proven: running, recorded as READY, and given its restart policy."""
+    return (
+        container is not None
+        and container.status == "running"
+        and record.proves(str(container.id))
+        and container.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") == RUNNING_POLICY["Name"]
+    )
+
+
+class Rollout:
+    """One rollout on one host, every step recorded before it is taken (see record.PHASES).
+
+    Containers are addressed by id and fetched afresh for every operation, through `with_retries`:
+    a dropped SSH connection or a restarting dockerd is reconnected with backoff for up to
+    `grace_s`, and each operation is idempotent, so a retry after a lost reply does no harm.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], DockerClient],
+        store: RecordStore,
+        watch: Watcher,
+        diagnostics: Path,
+        grace_s: float = RECONNECT_GRACE_S,
+    ) -> None:
+        self.connect, self.store, self.watch, self.diagnostics, self.grace_s = (
+            connect, store, watch, diagnostics, grace_s)  # fmt: skip
+        self.client = connect()
+        self.record = store.load()
+        self.began = False  # a step was taken: never report changed=false after that
+
+    # ------------------------------------------------------------------ transport-safe operations
+
+    def _reconnect(self) -> None:
+        self.client = self.connect()
+
+    def _retry(self, call: Callable[[], T]) -> T:
+        return with_retries(call, self._reconnect, self.grace_s)
+
+    def _get(self, name_or_id: str) -> Container | None:
+        return self._retry(lambda: _get(self.client, name_or_id))
+
+    def _rename(self, container_id: str, name: str) -> None:
+        def rename() -> None:
+            container = self.client.containers.get(container_id)
+            if container.name != name:
+                _remove(self.client, name)
+                container.rename(name)
+
+        self._retry(rename)
+
+    def _stop(self, container_id: str, timeout: int) -> None:
+        self._retry(lambda: self.client.containers.get(container_id).stop(timeout=timeout))
+
+    def _remove(self, name: str) -> None:
+        self._retry(lambda: _remove(self.client, name))
+
+    def _create(self, cfg: ServingConfig, image_id: str) -> Container:
+        def create() -> Container:
+            existing = _get(self.client, CONTAINER)  # a create whose reply was lost
+            if existing is not None and _matches(existing, cfg, image_id):
+                return existing
+            return self.client.containers.create(**cfg.container_kwargs(image_id))
+
+        return self._retry(create)
+
+    def _step(self, phase: str) -> None:
+        self.began = True
+        self.store.save(stamp(self.record, phase))
+
+    def _bring_up(self, container_id: str) -> Verdict:
+        """Start it unless it runs, and watch it; the watch itself survives transport faults."""
+        container = self._get(container_id)
+        if container is None:
+            raise SpecdeployError(f"the engine container {container_id[:12]} vanished during the rollout")
+        return _bring_up(container, self.watch, self.diagnostics)
+
+    # ------------------------------------------------------------------ the rollout
+
+    def deploy(self, cfg: ServingConfig, image_id: str, warm: Callable[[], str]) -> Outcome:
+        current = self._get(CONTAINER)
+        if is_converged(current, cfg, image_id) and is_proven(current, self.record):
+            assert current is not None
+            return Outcome(
+                False,
+                "unchanged",
+                "the engine runs this image and configuration, proven READY: not restarted",
+                image_id=image_id,
+                started_at=current.attrs["State"]["StartedAt"],
+            )
+        last_ready = self.record.last_ready.image_id if self.record.last_ready else None
+        if current is not None and _matches(current, cfg, image_id):
+            # The version asked for is there but was never proven (an interrupted rollout): prove it.
+            interrupted = self.record.phase
+            outcome = self._prove(str(current.id), image_id, last_ready, warm_report="")
+            outcome.notes.insert(0, f"resumed an interrupted rollout (it had stopped in phase '{interrupted}')")
+            return outcome
+        self.record.old = _ref(current) if current is not None else None
+        self.record.new = None
+        self._step("warming")
+        warm_report = warm()  # while the old container still serves
+        self._step("stopping-old")
+        if current is not None:
+            self._stop(str(current.id), 60)
+            self._retire(str(current.id))
+        self._remove(CONTAINER)  # (a leftover of an interrupted run)
+        self._step("starting-new")
+        new = self._create(cfg, image_id)
+        return self._prove(str(new.id), image_id, last_ready, warm_report)
+
+    def _retire(self, container_id: str) -> None:
+        """The old engine becomes `-previous` only if it was proven READY; else `-failed`, for its logs."""
+        self._rename(container_id, PREVIOUS if self.record.proves(container_id) else FAILED)
+
+    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str) -> Outcome:
+        new = self._get(new_id)
+        assert new is not None
+        self.record.new = _ref(new)
+        self._step("watching")
+        verdict = self._bring_up(new_id)
+        if verdict.status == "READY":
+            self._promote(new_id)
+            started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
+            return Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
+                           warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
+        self._step("rolling-back")
+        self._retry(lambda: _save_diagnostics(verdict, self.client.containers.get(new_id)))
+        self._stop(new_id, 10)
+        self._rename(new_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
+        outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
+                          warm=warm_report, verdict=asdict(verdict))  # fmt: skip
+        self._restore(outcome)
         return outcome
-    previous.rename(CONTAINER)
-    back = _bring_up(previous, watch, diagnostics)
-    outcome.rollback_verdict = asdict(back)
-    if back.status == "READY":
-        outcome.status = "rolled-back"
-        outcome.notes.append(f"rolled back to the previous engine ({previous_image}): {back.first_line()}")
-    else:
-        outcome.notes.append(f"the previous engine did not come back either: {back.first_line()}")
-    return outcome
+
+    def _promote(self, container_id: str) -> None:
+        self._step("promoting")
+        self._retry(lambda: self.client.containers.get(container_id).update(restart_policy=RUNNING_POLICY))
+        container = self._get(container_id)
+        assert container is not None
+        self.record.last_ready, self.record.new = _ref(container, proven=True), None
+        self._step("done")
+
+    def _restore(self, outcome: Outcome) -> None:
+        """Bring the last READY version back, wherever it is kept."""
+        ready = self.record.last_ready
+        container = self._get(ready.container_id) if ready else None
+        if ready is None or container is None:
+            outcome.notes.append("no version proven READY to roll back to: nothing serves")
+            self._step("done")
+            return
+        self._rename(ready.container_id, CONTAINER)
+        back = self._bring_up(ready.container_id)
+        outcome.rollback_verdict = asdict(back)
+        if back.status == "READY":
+            self._promote(ready.container_id)
+            outcome.status = "rolled-back"
+            outcome.notes.append(f"rolled back to the previous engine ({ready.image_id}): {back.first_line()}")
+        else:
+            self._step("done")
+            outcome.notes.append(f"the previous engine did not come back either: {back.first_line()}")
+
+    def rollback(self) -> Outcome:
+        """`make rollback`: swap the running engine with the previous (proven) one; twice swaps back."""
+        previous = self._get(PREVIOUS)
+        if previous is None:
+            raise SpecdeployError(f"there is no {PREVIOUS} container to roll back to", hint="deploy twice first")
+        previous_id = str(previous.id)
+        current = self._get(CONTAINER)
+        current_id = str(current.id) if current is not None else None
+        was_ready = current_id is not None and self.record.proves(current_id)
+        self.record.old = _ref(current) if current is not None else None
+        self.record.new = _ref(previous)
+        self._step("stopping-old")
+        if current_id is not None:
+            self._stop(current_id, 60)
+            self._rename(current_id, f"{CONTAINER}-swapping")
+        self._rename(previous_id, CONTAINER)
+        self._step("watching")
+        verdict = self._bring_up(previous_id)
+        if verdict.status == "READY":
+            self._promote(previous_id)
+        else:
+            self._step("done")
+        if current_id is not None:
+            self._rename(current_id, PREVIOUS if was_ready or verdict.status != "READY" else FAILED)
+        back = self._get(previous_id)
+        assert back is not None
+        return Outcome(True, "deployed" if verdict.status == "READY" else "failed", verdict.first_line(),
+                       image_id=back.attrs["Image"], previous_image_id=current.attrs["Image"] if current else None,
+                       verdict=asdict(verdict), started_at=back.attrs["State"]["StartedAt"])  # fmt: skip
 
 
-def rollback(client: DockerClient, watch: Watcher, diagnostics: Path) -> Outcome:
-    """`make rollback`: swap the running engine with the previous one (twice swaps back)."""
-    previous = _get(client, PREVIOUS)
-    if previous is None:
-        raise SpecdeployError(f"there is no {PREVIOUS} container to roll back to", hint="deploy twice first")
-    current = _get(client, CONTAINER)
-    swapped = f"{CONTAINER}-swapping"
-    if current is not None:
-        current.stop(timeout=60)
-        current.rename(swapped)
-    previous.rename(CONTAINER)
-    verdict = _bring_up(previous, watch, diagnostics)
-    if current is not None:
-        current.rename(PREVIOUS)
-    status = "deployed" if verdict.status == "READY" else "failed"
-    previous.reload()
-    return Outcome(True, status, verdict.first_line(), image_id=previous.attrs["Image"],
-                   previous_image_id=current.attrs["Image"] if current is not None else None,
-                   verdict=asdict(verdict), started_at=previous.attrs["State"]["StartedAt"])  # fmt: skip
+def _matches(container: Container, cfg: ServingConfig, image_id: str) -> bool:
+    return bool(container.labels.get(CONFIG_LABEL) == cfg.digest() and container.attrs["Image"] == image_id)
 
 
 def status(client: DockerClient) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """`specdeploy watch`: argument handling and the output contract.
 
 stdout line 1: `READY|FAILED|STALLED|TIMEOUT <elapsed>s <cause or summary>`.
-Exit codes: 0 ready, 1 failed, 2 stalled, 3 overall --timeout, 4 bad input.
+Exit codes: 0 ready, 1 failed, 2 stalled, 3 overall --timeout, 4 bad input, 5 contact with the
+engine's host lost for longer than the grace.
 """
 
 from __future__ import annotations
@@ -102,4 +103,4 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(asdict(verdict), indent=2) + "\n")
-    return {"READY": 0, "FAILED": 1, "STALLED": 2, "TIMEOUT": 3}[verdict.status]
+    return {"READY": 0, "FAILED": 1, "STALLED": 2, "TIMEOUT": 3, "LOST": 5}[verdict.status]

@@ -1,36 +1,139 @@
 """Watch an engine container on a remote host: Docker SDK over SSH for state and logs, an SSH
-port forward for readiness (the API binds the host's loopback by default)."""
+port forward for readiness (the API binds the host's loopback by default).
+
+Both survive transport faults: while the host cannot be reached (SSH dropped, dockerd restarting)
+the source reports "unreachable", which is neither a death nor a stall; it reconnects with backoff
+and carries on where the log left off. Only an outage longer than the grace is a verdict: LOST.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from docker.client import DockerClient
 from docker.errors import NotFound
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.remote_docker import docker_client_for
-from specdeploy.targets import forward_port, from_hostvars
-from specdeploy.watch.sources import ContainerSource
+from specdeploy.targets import Forward, from_hostvars
+from specdeploy.transport import BACKOFF_S, RECONNECT_GRACE_S, describe, is_transport_error
+from specdeploy.watch.sources import ContainerSource, Liveness
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
 
 
+class ReconnectingContainerSource:
+    """A ContainerSource that outlives its connection."""
+
+    def __init__(self, connect: Callable[[], DockerClient], name: str, forward: Forward | None = None,
+                 grace_s: float = RECONNECT_GRACE_S) -> None:  # fmt: skip
+        self.connect, self.name, self.forward, self.grace_s = connect, name, forward, grace_s
+        self.description = f"container {name}"
+        self.inner = self._attach()
+        self.lost_since: float | None = None
+        self.lost_why = ""
+        self.outages: list[float] = []  # seconds of each outage survived
+        self._next_try = 0.0
+        self._attempt = 0
+
+    def _attach(self) -> ContainerSource:
+        try:
+            return ContainerSource(self.connect().containers.get(self.name))
+        except NotFound as exc:
+            raise SpecdeployError(f"no container {self.name!r} on the target") from exc
+
+    def _lost(self, exc: BaseException) -> None:
+        if not is_transport_error(exc):
+            raise exc
+        if self.lost_since is None:
+            self.lost_since, self.lost_why, self._attempt = time.monotonic(), describe(exc), 0
+            self._next_try = self.lost_since + BACKOFF_S[0]
+
+    def _try_reconnect(self) -> None:
+        now = time.monotonic()
+        assert self.lost_since is not None
+        if now < self._next_try:
+            return
+        self._attempt += 1
+        self._next_try = now + BACKOFF_S[min(self._attempt, len(BACKOFF_S) - 1)]
+        try:
+            fresh = self._attach()
+        except Exception as exc:
+            if is_transport_error(exc) or isinstance(exc, SpecdeployError):
+                return
+            raise
+        if self.forward is not None and not self.forward.ensure():
+            return
+        # The log goes on where it stopped: the new source starts at the old one's position.
+        fresh.adopt_position(self.inner)
+        self.inner = fresh
+        self.outages.append(round(now - self.lost_since, 1))
+        self.lost_since = None
+
+    def read_new(self) -> list[str]:
+        if self.lost_since is not None:
+            return []
+        try:
+            return self.inner.read_new()
+        except Exception as exc:
+            self._lost(exc)
+            return []
+
+    def liveness(self) -> Liveness:
+        if self.lost_since is None and self.forward is not None and not self.forward.alive():
+            self._lost(ConnectionError("the SSH port forward's session ended"))
+        if self.lost_since is None:
+            try:
+                return self.inner.liveness()
+            except Exception as exc:
+                self._lost(exc)
+        self._try_reconnect()
+        if self.lost_since is None:
+            return self.liveness()
+        down = time.monotonic() - self.lost_since
+        if down > self.grace_s:
+            return Liveness(True, state=f"unreachable for {down:.0f}s", unreachable=True, lost=True,
+                            note=f"no contact for {down:.0f}s ({self.lost_why})")  # fmt: skip
+        return Liveness(True, state=f"unreachable for {down:.0f}s", unreachable=True, note=self.lost_why)
+
+    def dump_stacks(self) -> str:
+        try:
+            return self.inner.dump_stacks()
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            return f"no stack dump: the host could not be reached ({describe(exc)})"
+
+    def gpu_memory_mib(self) -> int | None:
+        if self.lost_since is not None:
+            return None
+        try:
+            return self.inner.gpu_memory_mib()
+        except Exception as exc:
+            self._lost(exc)
+            return None
+
+
 def watch_container_on_host(
-    hostvars: Mapping[str, Any], container: str, api_port: int | None, options: WatchOptions
-) -> Verdict:
+    hostvars: Mapping[str, Any], container: str, api_port: int | None, options: WatchOptions,
+    grace_s: float = RECONNECT_GRACE_S,
+) -> Verdict:  # fmt: skip
     target, ssh = from_hostvars(hostvars)
-    client = docker_client_for(target, ssh)
-    try:
-        source = ContainerSource(client.containers.get(container))
-    except NotFound as exc:
-        raise SpecdeployError(f"no container {container!r} on {target}") from exc
     with ExitStack() as stack:
+        forward = None
         if api_port is not None:
-            local = stack.enter_context(forward_port(target, ssh, api_port))
-            options.url = f"http://127.0.0.1:{local}"
-        return Watch(source, options).run()
+            forward = Forward(target, ssh, api_port)
+            forward.start()
+            stack.callback(forward.stop)
+            options.url = f"http://127.0.0.1:{forward.local}"
+        source = ReconnectingContainerSource(lambda: docker_client_for(target, ssh), container, forward, grace_s)
+        verdict = Watch(source, options).run()
+        if source.outages:
+            verdict.notes.append(f"survived {len(source.outages)} loss(es) of contact: {source.outages} s")
+        return verdict
 
 
 def diagnostics_root(state: Path, inventory_hostname: str) -> Path:

@@ -28,7 +28,9 @@ class Liveness:
     state: str = ""  # "running", "stopped (SIGSTOP)", "exited", ...
     oom_killed: bool = False
     restarts: int = 0
-    note: str = ""  # why exit_code is None, when it is
+    note: str = ""  # why exit_code is None, when it is; or why the engine cannot be reached
+    unreachable: bool = False  # our transport is down: no verdict on the engine, and no stall either
+    lost: bool = False  # down for longer than the grace
 
 
 class Source(Protocol):
@@ -192,6 +194,11 @@ class ContainerSource:
                 self._last_stamp = last
         # A redrawn progress bar: every state of it, each as a line.
         return [part for _, _, text in entries for part in text.split("\r") if part.strip()]
+
+    def adopt_position(self, other: ContainerSource) -> None:
+        """Carry on reading where OTHER (the same container, an older connection) stopped."""
+        self._since, self._last_stamp, self._seen_at_since = other._since, other._last_stamp, other._seen_at_since
+        self._no_nvidia_smi = other._no_nvidia_smi
 
     def liveness(self) -> Liveness:
         self.container.reload()

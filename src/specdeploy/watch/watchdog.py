@@ -36,6 +36,7 @@ class Status(Enum):
     FAILED = 1
     STALLED = 2
     TIMEOUT = 3
+    LOST = 5  # our transport to the engine's host was down for longer than the grace (4 is bad input)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Verdict:
     stack_summary: list[str] = field(default_factory=list)
     diagnostics: str = ""
     detected_after_exit_s: float | None = None
+    notes: list[str] = field(default_factory=list)
 
     def first_line(self) -> str:
         return f"{self.status} {self.elapsed_s:.1f}s {self.headline}"[:HEADLINE_MAX]
@@ -97,6 +99,7 @@ class Watch:
         self._shards_seen: tuple[float, int] | None = None  # (when, shards done) at the first count
         self._seen: set[str] = set()
         self._passed: list[Stage] = []  # stages entered since the last progress report
+        self._unreachable_since: float | None = None
         self.probe = (
             ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
             if options.url
@@ -297,9 +300,23 @@ class Watch:
                 self._report_progress()
                 time.sleep(self.opt.interval_s)
 
+    def _unreachable(self, life: Liveness) -> Verdict | None:
+        """Our transport, not the engine: no verdict on it, and the stall clock is paused."""
+        self._unreachable_since = self._unreachable_since or time.monotonic()
+        if not life.lost:
+            return None
+        headline = (f"lost contact with the engine's host: {life.note}; the engine's state is unknown "
+                    f"(last stage seen: {self.stage.label})")  # fmt: skip
+        return self._verdict(Status.LOST, headline)
+
     def _poll(self) -> Verdict | None:
         self._ingest()
         life = self.source.liveness()
+        if life.unreachable:
+            return self._unreachable(life)
+        if self._unreachable_since is not None:
+            self.last_progress += time.monotonic() - self._unreachable_since  # time without contact is no stall
+            self._unreachable_since = None
         if not life.alive:
             died_at = time.monotonic()
             self._ingest()  # the last lines (the traceback) may land with the exit
