@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy import drafter
+from specdeploy import drafter, hostchecks
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
 from specdeploy.platforms import platform_problems
+from specdeploy.serving import variables as serving_variables
 from specdeploy.serving.config import ServingConfig
 
 
@@ -25,6 +26,11 @@ def serving_problems(config: dict[str, Any], api_key: str | None = None) -> list
         return ServingConfig.from_vars({**config, "api_key": api_key}).problems()
     except (TypeError, ValueError) as exc:
         return [f"serving variables: {exc}"]
+
+
+def serving_variable_problems(values: dict[str, Any]) -> list[str]:
+    """Each bad serving_* value, named as the inventory spells it (the API key is checked apart)."""
+    return serving_variables.problems(values)
 
 
 def serving_command(config: dict[str, Any]) -> str:
@@ -78,7 +84,9 @@ class FilterModule:
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_drafter_check": drafter_check,
             "specdeploy_serving_problems": serving_problems,
+            "specdeploy_serving_variable_problems": serving_variable_problems,
             "specdeploy_serving_command": serving_command,
+            "specdeploy_host_problems": hostchecks.host_problems,
             "specdeploy_gpu_commands": gpu_commands,
             "specdeploy_gpu_facts": gpu_facts,
             "specdeploy_gpu_problems": gpu_problems,

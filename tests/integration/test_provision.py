@@ -130,6 +130,7 @@ def test_first_run_provisions_the_simulated_host(first_run, simulated_sm120):
     assert config["max-concurrent-downloads"] == 4, config
     assert config["log-opts"] == {"labels": "io.specdeploy.simulated", "max-size": "100m", "max-file": "3"}, config
     assert "nvidia" in config["runtimes"] and config["features"] == {"cdi": True}, config
+    assert config["live-restore"] is True, config  # engines outlive a dockerd restart
 
 
 def test_second_run_changes_nothing(first_run, simulated_inventory):

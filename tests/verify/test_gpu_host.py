@@ -110,6 +110,7 @@ def test_daemon_json_has_the_nvidia_runtime_log_rotation_and_cdi(host, pins):
         "max-file": str(pins["container_runtime_log_max_file"]),
     }, config
     assert config.get("features", {}).get("cdi") is True, config
+    assert config.get("live-restore") is True, config  # engines outlive a dockerd restart
 
 
 def test_docker_runs_with_the_nvidia_runtime(host):

@@ -1,0 +1,98 @@
+"""Preflight checks of the host's disk and serving port, refused before anything changes.
+
+The preflight role reads `df` and `ss` on the host; the rules live here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GIB = 1024**3
+# Free space an image build needs under the Docker data root, per profile: the classic builder holds
+# the largest layer (torch) twice while it commits it, next to the finished image
+# (README: vllm-cuda images are ~11 GB and free disk dropped by ~14 GB during the build).
+BUILD_SPACE_GIB = {"vllm-cpu": 12, "vllm-cuda": 30, "sglang-cuda": 40}
+REBUILD_MARGIN_GIB = 2  # an image of the profile is there already: a rebuild reuses most layers
+_USERS = re.compile(r'\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
+
+
+@dataclass(frozen=True)
+class Listener:
+    address: str
+    port: int
+    processes: tuple[tuple[str, int], ...]  # (name, pid), as ss -p names them (root only)
+
+
+def parse_ss(text: str) -> list[Listener]:
+    """`ss -ltnpH`: `LISTEN 0 4096 127.0.0.1:8000 0.0.0.0:* users:(("docker-proxy",pid=1234,fd=4))`."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or ":" not in fields[3]:
+            continue
+        address, _, port = fields[3].rpartition(":")
+        if not port.isdigit():
+            continue
+        users = tuple((m["name"], int(m["pid"])) for m in _USERS.finditer(line))
+        out.append(Listener(address.strip("[]"), int(port), users))
+    return out
+
+
+def port_problems(listeners: list[Listener], port: int, own_engine_publishes: bool, host: str) -> list[str]:
+    """A listener on the serving port that is not our own engine's (Docker's proxy for it)."""
+    foreign = []
+    for listener in listeners:
+        if listener.port != port:
+            continue
+        names = {name for name, _ in listener.processes}
+        if own_engine_publishes and (not names or names <= {"docker-proxy"}):
+            continue
+        who = ", ".join(f"PID {pid} ({name})" for name, pid in listener.processes) or "a process ss cannot name"
+        foreign.append(f"{listener.address}:{port} is held by {who}")
+    if not foreign:
+        return []
+    return [f"{host}: the serving port {port} is taken: {'; '.join(foreign)}. Stop it, or set serving_port "
+            "to a free port"]  # fmt: skip
+
+
+def parse_free(text: str) -> dict[str, int]:
+    """Lines of `PATH FREE_BYTES` (the preflight role's df over each path's nearest existing folder)."""
+    out = {}
+    for line in text.splitlines():
+        path, _, free = line.strip().rpartition(" ")
+        if path and free.isdigit():
+            out[path] = int(free)
+    return out
+
+
+def build_space_needed(profile: str, image_present: bool) -> int:
+    if image_present:
+        return REBUILD_MARGIN_GIB * GIB
+    return BUILD_SPACE_GIB.get(profile, max(BUILD_SPACE_GIB.values())) * GIB
+
+
+def space_problem(host: str, what: str, path: str, free: int, *, needed: int, variable: str) -> str | None:
+    if free >= needed:
+        return None
+    return (f"{host}: {free / GIB:.1f} GiB free under {path} ({what}), {needed / GIB:.0f} GiB needed. Free space "
+            f"there, or lower {variable} if you know better")  # fmt: skip
+
+
+def host_problems(host: str, reads: dict[str, object], options: dict[str, object]) -> list[str]:
+    """Disk and port, from the preflight role's reads (see roles/preflight/tasks/host.yml)."""
+    free = parse_free(str(reads.get("free", "")))
+    out = []
+    docker_root, model_path = str(reads.get("docker_root") or "/var/lib/docker"), str(options["model_path"])
+    build_gib = options.get("build_free_gb")
+    needed = int(float(str(build_gib)) * GIB) if build_gib not in (None, "") else build_space_needed(
+        str(options.get("profile", "")), bool(reads.get("image_present")))  # fmt: skip
+    for what, path, need, variable in (
+        ("the Docker data root, for the image build", docker_root, needed, "preflight_build_free_gb"),
+        ("the model's filesystem", model_path, int(float(str(options.get("model_free_gb", 1))) * GIB),
+         "preflight_model_free_gb"),
+    ):  # fmt: skip
+        if path in free and (problem := space_problem(host, what, path, free[path], needed=need, variable=variable)):
+            out.append(problem)
+    port = int(str(options["port"]))
+    out += port_problems(parse_ss(str(reads.get("listeners", ""))), port, bool(reads.get("own_engine_publishes")), host)
+    return out
