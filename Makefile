@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images bench deploy verify status logs rollback clean
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults bench deploy verify status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ test-e2e: setup ## e2e: a real vLLM (CPU build) started and watched; first run b
 
 test-images: setup ## The engine image built on the controller and shipped to a test-bed host (~11 min cold)
 	@$(PYTEST) tests/images
+
+test-faults: setup ## Faults injected into real rollouts on the test bed (SSH, dockerd, controller, reboot; ~25 min)
+	@$(PYTEST) tests/faults
 
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
 	@$(PYTEST) tests/gpu_images

@@ -33,6 +33,11 @@ def serving_variable_problems(values: dict[str, Any]) -> list[str]:
     return serving_variables.problems(values)
 
 
+def serving_checked_names(names: list[str]) -> list[str]:
+    """The variables among NAMES that serving_variable_problems checks (never the API key)."""
+    return [n for n in names if n in serving_variables.RULES]
+
+
 def serving_command(config: dict[str, Any]) -> str:
     """The engine's command line, for the report (the API key is never part of it)."""
     return " ".join(ServingConfig.from_vars(config).command())
@@ -85,6 +90,7 @@ class FilterModule:
             "specdeploy_drafter_check": drafter_check,
             "specdeploy_serving_problems": serving_problems,
             "specdeploy_serving_variable_problems": serving_variable_problems,
+            "specdeploy_serving_checked_names": serving_checked_names,
             "specdeploy_serving_command": serving_command,
             "specdeploy_host_problems": hostchecks.host_problems,
             "specdeploy_gpu_commands": gpu_commands,

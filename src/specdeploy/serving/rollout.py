@@ -29,6 +29,8 @@ from specdeploy.watch.watchdog import Verdict
 
 PREVIOUS = f"{CONTAINER}-previous"
 FAILED = f"{CONTAINER}-failed"
+# The version before -previous, kept while a rollout is unproven: a failure puts it back as -previous.
+OLDER = f"{CONTAINER}-older"
 RUNNING_POLICY = {"Name": "unless-stopped"}
 WARM_MAX_FRACTION = 0.5  # of MemAvailable: never push the serving engine's own memory out
 
@@ -238,8 +240,15 @@ class Rollout:
         return self._prove(str(new.id), image_id, last_ready, warm_report)
 
     def _retire(self, container_id: str) -> None:
-        """The old engine becomes `-previous` only if it was proven READY; else `-failed`, for its logs."""
-        self._rename(container_id, PREVIOUS if self.record.proves(container_id) else FAILED)
+        """The old engine becomes `-previous` only if it was proven READY (the one before it waits as
+        `-older` until the new one is proven); else `-failed`, for its logs."""
+        if not self.record.proves(container_id):
+            self._rename(container_id, FAILED)
+            return
+        before = self._get(PREVIOUS)
+        if before is not None:
+            self._rename(str(before.id), OLDER)
+        self._rename(container_id, PREVIOUS)
 
     def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str) -> Outcome:
         new = self._get(new_id)
@@ -249,6 +258,7 @@ class Rollout:
         verdict = self._bring_up(new_id)
         if verdict.status == "READY":
             self._promote(new_id)
+            self._remove(OLDER)  # proven: -previous is the version before this one
             started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
             return Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
                            warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
@@ -278,6 +288,9 @@ class Rollout:
             self._step("done")
             return
         self._rename(ready.container_id, CONTAINER)
+        older = self._get(OLDER)
+        if older is not None:
+            self._rename(str(older.id), PREVIOUS)  # the version before the restored one, as it was
         back = self._bring_up(ready.container_id)
         outcome.rollback_verdict = asdict(back)
         if back.status == "READY":
@@ -326,7 +339,7 @@ def _matches(container: Container, cfg: ServingConfig, image_id: str) -> bool:
 def status(client: DockerClient) -> dict[str, Any]:
     """The engine containers on a host: name, state, image, config digest, start time."""
     rows = {}
-    for name in (CONTAINER, PREVIOUS, FAILED):
+    for name in (CONTAINER, PREVIOUS, OLDER, FAILED):
         container = _get(client, name)
         if container is None:
             continue

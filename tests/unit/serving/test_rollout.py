@@ -87,6 +87,19 @@ def test_previous_is_never_a_version_that_was_not_ready(tmp_path):
     assert host.docker.named(FAILED).image_id == "sha256:bad2"
 
 
+def test_two_failed_versions_then_rollback_brings_back_the_ready_one_before(tmp_path):
+    host = Host(tmp_path, {"sha256:bad1": "FAILED", "sha256:bad2": "FAILED"})
+    host.deploy("v1")
+    host.deploy("v2")
+    host.deploy("bad1")
+    host.deploy("bad2")
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+    assert host.rollout().rollback().status == "deployed"
+    proven(host, "v1")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v2"
+
+
 def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
     """The SSH drop of issue 12: the new engine ran on, unwatched, restart policy `no`."""
     host = Host(tmp_path)
