@@ -41,6 +41,12 @@ class Host:
     def record(self):
         return self.store.load()
 
+    def watch_raises(self, exc: BaseException) -> None:
+        def watch(name: str):
+            raise exc
+
+        self.watch = watch  # type: ignore[assignment]
+
 
 def proven(host: Host, tag: str) -> None:
     """`tag` serves, is recorded as the last READY version, and has its restart policy."""
@@ -104,11 +110,7 @@ def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
     """The SSH drop of issue 12: the new engine ran on, unwatched, restart policy `no`."""
     host = Host(tmp_path)
     host.deploy("v1")
-
-    def dropped(name: str):
-        raise Interrupted("the play died with a raw transport error while watching")
-
-    host.watch = dropped  # type: ignore[assignment]
+    host.watch_raises(Interrupted("the play died with a raw transport error while watching"))
     with pytest.raises(Interrupted):
         host.deploy("v2")
     host.watch = FakeWatch(host.docker, {})
@@ -183,11 +185,7 @@ def test_transport_errors_are_retried_and_each_step_is_idempotent(tmp_path):
 def test_a_lost_watch_stops_the_rollout_where_it_is(tmp_path):
     host = Host(tmp_path)
     host.deploy("v1")
-
-    def lost(name: str):
-        raise SpecdeployError("lost contact with the engine's host: no contact for 130s")
-
-    host.watch = lost  # type: ignore[assignment]
+    host.watch_raises(SpecdeployError("lost contact with the engine's host: no contact for 130s"))
     rollout = host.rollout()
     with pytest.raises(SpecdeployError):
         rollout.deploy(config("v2"), "sha256:v2", lambda: "")
