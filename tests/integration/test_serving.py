@@ -141,7 +141,7 @@ def test_frozen_start_up_is_stalled_and_rolled_back(deployed, docker_client):
 
 def test_verify_passes_then_names_the_missing_container(deployed):
     ok = specdeploy("verify")
-    assert ok.returncode == 0 and "9 passed" in ok.output, ok.output[-3000:]
+    assert ok.returncode == 0 and "10 passed" in ok.output, ok.output[-3000:]
     remote().containers.get(ENGINE).remove(force=True)
     broken = specdeploy("verify")
     assert broken.returncode != 0

@@ -1,6 +1,6 @@
 """Serving state (`make verify` after `make deploy`): the engine container runs the recorded image,
-its port answers, the model is listed, and the image's patch manifest and drafter digest match
-what the inventory says. Each check names what is wrong."""
+its port answers, the model is listed, the rollout record proves it READY, and the image's patch
+manifest and drafter digest match what the inventory says. Each check names what is wrong."""
 
 from __future__ import annotations
 
@@ -74,3 +74,17 @@ def test_image_patch_manifest_and_drafter_match_the_inventory(host, record):
     assert out.rc == 0, f"cannot hash the drafter at {path}: {out.stderr.strip()}"
     files = {name.removeprefix("./"): sha for sha, name in (line.split(None, 1) for line in out.stdout.splitlines())}
     assert labels["io.specdeploy.drafter-digest"] == drafter.digest(files), f"the image's drafter is not {path}"
+
+
+def test_engine_is_proven_ready_in_the_rollout_record(host):
+    """Converged means proven: the rollout finished and the running container is its READY version."""
+    path = host.ansible.get_variables().get("serving_state_dir", "/var/lib/specdeploy/serving") + "/rollout.json"
+    state = host.file(path)
+    assert state.exists, f"{path} is missing: no rollout was recorded on this host (make deploy)"
+    rollout = json.loads(state.content_string)
+    assert rollout["phase"] == "done", f"the last rollout stopped in phase {rollout['phase']!r}: rerun make deploy"
+    running = _inspect(host, CONTAINER, "{{.Id}}")
+    ready = (rollout.get("last_ready") or {}).get("container_id")
+    assert ready == running, f"{CONTAINER} ({running[:12]}) is not the version proven READY ({str(ready)[:12]})"
+    policy = _inspect(host, CONTAINER, "{{.HostConfig.RestartPolicy.Name}}")
+    assert policy == "unless-stopped", f"{CONTAINER} has restart policy {policy!r}: it would not survive a reboot"
