@@ -161,6 +161,20 @@ def test_a_reboot_after_a_proven_deploy_serves_again_without_a_deploy(baseline, 
     )
 
 
+def test_a_reboot_after_an_interrupted_deploy_then_the_rerun_restores_service(baseline, docker_client):
+    killed = deploy_with_fault(variant("reboot-interrupted"), "watching specdeploy-engine",
+                               lambda proc: os.killpg(proc.pid, signal.SIGKILL))  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    host(docker_client).restart(timeout=30)
+    time.sleep(10)
+    start = time.monotonic()
+    rerun = specdeploy("deploy", *variant("reboot-interrupted"), timeout=1200)
+    assert rerun.returncode == 0 and "status: unchanged" not in rerun.output, rerun.output[-4000:]
+    proven(docker_client)
+    FAULTS.append(f"the host rebooted during an interrupted deploy | the rerun restored service, proven | "
+                  f"{time.monotonic() - start:.0f}")  # fmt: skip
+
+
 def test_two_failed_deploys_then_rollback_brings_back_the_ready_version_before(baseline, docker_client):
     ok = specdeploy("deploy", *variant("before-failures"), timeout=1200)
     assert ok.returncode == 0, ok.output[-3000:]
@@ -212,6 +226,24 @@ def test_preflight_refuses_too_little_space_for_the_build(baseline, docker_clien
     _untouched(docker_client, before)
 
 
+def test_preflight_refuses_a_full_model_filesystem(baseline, docker_client):
+    """A real full filesystem: a 64 MiB tmpfs on the test host, filled with fallocate."""
+    container = remote().containers.get(ENGINE)
+    before = (container.id, container.attrs["State"]["StartedAt"])
+    sh(
+        docker_client,
+        "mkdir -p /srv/full && mount -t tmpfs -o size=64m tmpfs /srv/full && fallocate -l 60m /srv/full/x",
+    )
+    try:
+        refused = specdeploy("deploy", "-e", "serving_model_path=/srv/full/model", timeout=600)
+    finally:
+        sh(docker_client, "umount /srv/full")
+    assert refused.returncode != 0
+    assert "GiB free under /srv/full/model (the model's filesystem)" in refused.output, refused.output[-3000:]
+    assert "preflight_model_free_gb" in refused.output and "PLAY [Build" not in refused.output
+    _untouched(docker_client, before)
+
+
 BAD_VALUES = [
     ("serving_port", "70000"), ("serving_tensor_parallel_size", "0"), ("serving_max_model_len", "-8192"),
     ("serving_stall_timeout", "-5"), ("serving_timeout", "0"), ("serving_reconnect_grace", "-1"),
@@ -231,7 +263,8 @@ def test_a_bad_inventory_value_is_refused_in_preflight_naming_it(baseline, docke
     before = (container.id, container.attrs["State"]["StartedAt"])
     refused = specdeploy("deploy", "-e", json.dumps({variable: value}), timeout=600)
     assert refused.returncode != 0
-    assert f"{variable}=" in refused.output, refused.output[-3000:]
+    # Ours ("serving_port=70000: must be ...") or the role's argument spec ("value of serving_engine must be one of").
+    assert f"{variable}=" in refused.output or f"value of {variable} must be" in refused.output, refused.output[-3000:]
     assert "PLAY [Build" not in refused.output and "PLAY [Deploy" not in refused.output
     assert "sk-plain-text" not in refused.output.replace(json.dumps({variable: value}), "")
     _untouched(docker_client, before)
