@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy import drafter, hostchecks
+from specdeploy import drafter, engine_image, hostchecks
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
 from specdeploy.platforms import platform_problems
@@ -13,10 +13,16 @@ from specdeploy.serving.config import ServingConfig
 
 
 def drafter_check(
-    files_sha256: dict[str, str], config_text: str, manifest_text: str | None, target_config_text: str | None
+    files_sha256: dict[str, str],
+    config_text: str,
+    manifest_text: str | None,
+    target_config_text: str | None,
+    profile: str | None = None,
 ) -> dict[str, Any]:
+    prof = engine_image.profile(profile) if profile else None
+    engine = (prof.engine, prof.version) if prof else None
     return {
-        "problems": drafter.problems(config_text, manifest_text, files_sha256, target_config_text),
+        "problems": drafter.problems(config_text, manifest_text, files_sha256, target_config_text, engine),
         "digest": drafter.digest(files_sha256),
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <relative path>" per line
 LLAMA_EAGLE3 = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 MLA_EAGLE3 = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+MLA_EAGLE3_VLLM = (0, 18)  # vLLM loads MLA EAGLE-3 drafters from 0.18 (ENGINE_FACTS.md); before, Llama-style only
 
 
 def drafter_kind(config: Mapping[str, Any]) -> str | None:
@@ -39,6 +40,41 @@ def _drafter_dims(config: Mapping[str, Any], kind: str) -> tuple[int | None, int
     return (int(hidden) if hidden else None, int(vocab) if vocab else None)
 
 
+def _aux_layer_ids(config: Mapping[str, Any]) -> list[Any] | None:
+    for holder in (config, config.get("eagle_config") or {}):
+        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, Mapping) else None
+        if ids is not None:
+            return list(ids)
+    return None
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = [*text.split("+", maxsplit=1)[0].split("."), "0"][:2]
+    return int(major), int(minor)
+
+
+def engine_problems(
+    config: Mapping[str, Any], kind: str, engine: tuple[str, str] | None, target: Mapping[str, Any] | None
+) -> list[str]:
+    """What the pinned engine (name, version) cannot load, and aux layers the target cannot give."""
+    found = []
+    name, version = engine or ("", "0")
+    if kind == "mla-eagle3" and name == "vllm" and _version(version) < MLA_EAGLE3_VLLM:
+        found.append(f"the MLA EAGLE-3 drafter ({', '.join(config.get('architectures') or [])}) loads only on vLLM "
+                     f">= {'.'.join(map(str, MLA_EAGLE3_VLLM))}, and this image has vLLM {version}: use a Llama-style "
+                     "EAGLE-3 drafter, or a profile with a newer vLLM")  # fmt: skip
+    ids = _aux_layer_ids(config)
+    if ids is not None:
+        layers = target.get("num_hidden_layers") if target else None
+        top = int(layers) - 1 if layers else None
+        bad = [i for i in ids if not isinstance(i, int) or i < 1 or (top is not None and i > top)]
+        if bad or len(set(ids)) != len(ids):
+            allowed = f"1 … {top}" if top is not None else ">= 1"
+            found.append(f"eagle_aux_hidden_state_layer_ids {ids}: each must be a distinct layer index in {allowed} "
+                         "(layer 0 has no residual yet: the target crashes with 'Tensor' + 'NoneType')")  # fmt: skip
+    return found
+
+
 def parse_manifest(text: str) -> dict[str, str]:
     entries: dict[str, str] = {}
     for line in text.splitlines():
@@ -49,7 +85,11 @@ def parse_manifest(text: str) -> dict[str, str]:
 
 
 def problems(
-    config_text: str, manifest_text: str | None, files_sha256: Mapping[str, str], target_config_text: str | None = None
+    config_text: str,
+    manifest_text: str | None,
+    files_sha256: Mapping[str, str],
+    target_config_text: str | None = None,
+    engine: tuple[str, str] | None = None,  # (engine, version) the image will run
 ) -> list[str]:
     """Every reason to refuse this drafter (empty when it is fine)."""
     found: list[str] = []
@@ -63,8 +103,10 @@ def problems(
             f"config.json is not an EAGLE-3 drafter (architectures {config.get('architectures')}); expected the "
             f"speculators format (speculators_model_type: eagle3), {' / '.join(LLAMA_EAGLE3)} or {MLA_EAGLE3[0]}"
         )
-    elif target_config_text is not None:
-        target = _text_config(json.loads(target_config_text))
+    target = _text_config(json.loads(target_config_text)) if target_config_text is not None else None
+    if kind is not None:
+        found += engine_problems(config, kind, engine, target)
+    if kind is not None and target is not None:
         hidden, vocab = _drafter_dims(config, kind)
         if hidden is not None and hidden != target.get("hidden_size"):
             found.append(f"drafter expects target hidden size {hidden}, the target has {target.get('hidden_size')}")

@@ -100,3 +100,20 @@ def test_drafter_problems_name_each_mismatch():
     good = f"{'a' * 64}  config.json\n{'b' * 64}  model.safetensors\n"
     assert drafter.problems(json.dumps(MLA), good, files, TARGET) == []
     assert drafter.digest(files) == drafter.digest({**files, "SHA256SUMS": "f" * 64})
+
+
+def test_drafter_checked_against_the_engine_version_and_the_target_layers():
+    files = {"config.json": "a" * 64}
+    manifest = f"{'a' * 64}  config.json\n"
+    target = json.dumps({"hidden_size": 256, "vocab_size": 2048, "num_hidden_layers": 4})
+    assert drafter.problems(json.dumps(MLA), manifest, files, target, ("vllm", "0.32.0")) == []
+    (old,) = drafter.problems(json.dumps(MLA), manifest, files, target, ("vllm", "0.17.1"))
+    assert "loads only on vLLM >= 0.18" in old and "0.17.1" in old and "Llama-style" in old
+    llama = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 256, "vocab_size": 2048}
+    assert drafter.problems(json.dumps(llama), manifest, files, target, ("vllm", "0.17.1")) == []
+    for ids in ([0, 2, 3], [1, 1, 2], [1, 2, 4]):
+        (bad,) = drafter.problems(json.dumps({**MLA, "eagle_aux_hidden_state_layer_ids": ids}), manifest, files,
+                                  target, ("vllm", "0.32.0"))  # fmt: skip
+        assert f"eagle_aux_hidden_state_layer_ids {ids}" in bad and "1 … 3" in bad
+    nested = {**MLA, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0]}}
+    assert any("layer 0 has no residual" in p for p in drafter.problems(json.dumps(nested), manifest, files, target))
