@@ -17,14 +17,15 @@ from specdeploy.errors import SpecdeployError
 T = TypeVar("T")
 RECONNECT_GRACE_S = 120.0  # serving_reconnect_grace: a drop shorter than this changes no verdict
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+_TRANSPORT_WORDS = ("connection", "eof", "broken pipe", "shutting down", "context canceled", "timeout")
 
 
 def is_transport_error(exc: BaseException) -> bool:
     """SSH gone, the Docker API's connection aborted, dockerd restarting: not the engine's doing."""
     if isinstance(exc, NotFound):
         return False
-    if isinstance(exc, APIError):
-        return bool(exc.is_server_error()) and "No such container" not in str(exc)
+    if isinstance(exc, APIError):  # a 500 is usually the engine's refusal (OCI runtime): only these are ours
+        return bool(exc.is_server_error()) and any(w in str(exc).lower() for w in _TRANSPORT_WORDS)
     return isinstance(
         exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout | paramiko.SSHException | EOFError
     ) or (isinstance(exc, OSError | DockerException) and not isinstance(exc, FileNotFoundError))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 import requests
+from docker.errors import APIError, NotFound
 
+from specdeploy.transport import is_transport_error
 from specdeploy.watch import remote
 from specdeploy.watch.remote import ReconnectingContainerSource
 from specdeploy.watch.watchdog import Watch, WatchOptions
@@ -87,3 +89,16 @@ def test_time_without_contact_is_not_a_stall_and_a_long_outage_is_lost(tmp_path,
     verdict = Watch(source, options).run()
     assert verdict.status == "LOST", verdict.first_line()  # not STALLED after 0.5 s, not FAILED
     assert "Socket is closed" in verdict.headline and "state is unknown" in verdict.headline
+
+
+def test_transport_errors_are_told_from_the_engines():
+    assert is_transport_error(DROP)
+    assert not is_transport_error(NotFound("No such container: x"))
+    assert not is_transport_error(server_error("OCI runtime create failed: setrlimit: operation not permitted"))
+    assert is_transport_error(server_error("connection reset while dockerd is shutting down"))
+
+
+def server_error(explanation: str) -> APIError:
+    response = requests.Response()
+    response.status_code, response.url, response.reason = 500, "http+docker://ssh/containers/x/start", "Error"
+    return APIError("500 Server Error", response=response, explanation=explanation)
