@@ -1,9 +1,11 @@
 """Roll the engine container out on a host, and back when the new one does not come up.
 
-1. record the running container; 2. warm the page cache with the model while it still serves;
-3. stop it (kept as `specdeploy-engine-previous`); 4. start the new one; 5. watch it;
-6. READY: the new one gets its restart policy; 7. FAILED/STALLED: diagnostics saved, the failed
-container kept stopped as `specdeploy-engine-failed`, the previous one restarted and watched.
+A recorded state machine (specdeploy.serving.record): warm the page cache while the old engine
+serves; stop it (kept as `specdeploy-engine-previous` only if it was proven READY); start the new
+one with restart policy `no`; watch it; READY: promote it (restart policy, recorded as the last READY
+version); FAILED/STALLED: diagnostics saved, the failed container kept stopped as
+`specdeploy-engine-failed`, the last READY version restarted and watched. A rerun resumes from the
+record; converged means proven.
 """
 
 from __future__ import annotations
@@ -321,15 +323,27 @@ class Rollout:
         verdict = self._bring_up(previous_id)
         if verdict.status == "READY":
             self._promote(previous_id)
-        else:
-            self._step("done")
-        if current_id is not None:
-            self._rename(current_id, PREVIOUS if was_ready or verdict.status != "READY" else FAILED)
-        back = self._get(previous_id)
-        assert back is not None
-        return Outcome(True, "deployed" if verdict.status == "READY" else "failed", verdict.first_line(),
-                       image_id=back.attrs["Image"], previous_image_id=current.attrs["Image"] if current else None,
-                       verdict=asdict(verdict), started_at=back.attrs["State"]["StartedAt"])  # fmt: skip
+            if current_id is not None:  # -previous stays a proven version
+                self._rename(current_id, PREVIOUS if was_ready else FAILED)
+            status, notes = "deployed", []
+        else:  # put both back as they were: the one that served serves again, if it was proven
+            self._stop(previous_id, 10)
+            self._rename(previous_id, PREVIOUS)
+            status, notes = "failed", [f"{PREVIOUS} did not come up: {verdict.first_line()}"]
+            if current_id is not None:
+                self._rename(current_id, CONTAINER)
+                if was_ready:
+                    back = self._bring_up(current_id)
+                    if back.status == "READY":
+                        self._promote(current_id)
+                    notes.append(f"the engine that served before: {back.first_line()}")
+            if self.record.phase != "done":
+                self._step("done")
+        serving = self._get(CONTAINER)
+        assert serving is not None
+        return Outcome(True, status, verdict.first_line(), image_id=serving.attrs["Image"],
+                       previous_image_id=current.attrs["Image"] if current else None, verdict=asdict(verdict),
+                       started_at=serving.attrs["State"]["StartedAt"], notes=notes)  # fmt: skip
 
 
 def _matches(container: Container, cfg: ServingConfig, image_id: str) -> bool:

@@ -1,6 +1,6 @@
 """`specdeploy watch`: argument handling and the output contract.
 
-stdout line 1: `READY|FAILED|STALLED|TIMEOUT <elapsed>s <cause or summary>`.
+stdout line 1: `READY|FAILED|STALLED|TIMEOUT|LOST <elapsed>s <cause or summary>`.
 Exit codes: 0 ready, 1 failed, 2 stalled, 3 overall --timeout, 4 bad input, 5 contact with the
 engine's host lost for longer than the grace.
 """

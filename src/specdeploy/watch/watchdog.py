@@ -343,4 +343,4 @@ class Watch:
 
 def _cause_dict(cause: RootCause) -> dict[str, object]:
     return {"type": cause.type, "message": cause.message, "process": cause.process, "file": cause.file,
-            "line": cause.line, "headline": cause.headline()}  # fmt: skip
+            "line": cause.line, "headline": cause.headline(), "origin": cause.origin}  # fmt: skip

@@ -205,6 +205,17 @@ def test_rollback_brings_back_the_previous_and_keeps_the_swapped_one(tmp_path):
     assert host.docker.named(PREVIOUS).image_id == "sha256:v2"
 
 
+def test_a_rollback_that_does_not_come_up_puts_both_back(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.deploy("v2")
+    host.watch.outcomes["sha256:v1"] = "FAILED"  # the previous version no longer starts
+    outcome = host.rollout().rollback()
+    assert outcome.status == "failed" and "did not come up" in outcome.notes[0]
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+
+
 def test_record_history_names_each_phase(tmp_path):
     host = Host(tmp_path)
     host.deploy("v1")
