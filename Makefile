@@ -26,7 +26,7 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv and install specdeploy with pinned dependencies
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml testbed/pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "error: specdeploy needs Python >= 3.11 ($(PYTHON) is $$($(PYTHON) -V 2>&1)); set PYTHON=..." >&2; exit 2; }
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
 	  else echo "error: Python's venv module is missing: sudo apt-get install python3-venv" >&2; exit 2; fi; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' -e ./testbed
 	@touch $@
 
 testbed: setup ## Bring up the local test bed (TESTBED_HOSTS=1)
@@ -46,8 +46,8 @@ testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
 lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ansible-lint --profile production --strict
 	$(BIN)/yamllint --strict .
-	$(BIN)/ruff check src tests ansible bench
-	$(BIN)/ruff format --check src tests ansible bench
+	$(BIN)/ruff check src tests ansible bench testbed
+	$(BIN)/ruff format --check src tests ansible bench testbed
 	$(BIN)/mypy
 
 test-unit: setup ## Unit tests (no test bed)

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 
-from specdeploy import testbed
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.paths import project_root, state_dir
+from specdeploy_testbed import testbed
 
 CLI = [sys.executable, "-m", "specdeploy.cli"]
 

@@ -1,7 +1,7 @@
 """`make bench`: a drafter-only change rebuilds only the engine image's last layers.
 
 The vllm-cpu profile on this machine's Docker engine (classic builder), its context from
-engine_image.prepare_context: a cold build, then the same context with only the drafter changed
+dockerfile.prepare_context: a cold build, then the same context with only the drafter changed
 (other bytes, so another digest in the LABEL), built with the cache. Every step but the drafter
 COPY and the LABEL must say "Using cache", or this fails. Figures are measured in this run only;
 the ratio compares the two builds of the same run.
@@ -24,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from specdeploy import drafter, engine_image, testbed
+from specdeploy.build import buildlog, dockerfile, drafter, profiles
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.paths import state_dir
+from specdeploy_testbed import testbed
 
 REPOSITORY = "specdeploy-bench/vllm-cpu"
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.M)
@@ -47,9 +48,9 @@ def write_drafter(folder: Path, seed: bytes) -> str:
 
 
 def context_for(dest: Path, seed: bytes, wheel: Path) -> str:
-    """The real build context (engine_image.prepare_context) plus a drafter; returns its digest."""
+    """The real build context (dockerfile.prepare_context) plus a drafter; returns its digest."""
     digest = write_drafter(dest.parent / "drafter", seed)
-    engine_image.prepare_context(engine_image.profile("vllm-cpu"), dest, drafter_digest=digest, base_digest=None,
+    dockerfile.prepare_context(profiles.profile("vllm-cpu"), dest, drafter_digest=digest, base_digest=None,
                                  sgl_kernel_build="never", wheel=wheel)  # fmt: skip
     shutil.rmtree(dest / "drafter", ignore_errors=True)
     shutil.copytree(dest.parent / "drafter", dest / "drafter")
@@ -66,12 +67,12 @@ def docker_build(context: Path, tag: str, base: str, outputs: list[str]) -> floa
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            step = engine_image.progress_line(line)
+            step = buildlog.progress_line(line)
             if step:
                 print(f"  {time.monotonic() - start:6.1f}s {step}", flush=True)
     outputs.append("".join(lines))
     if proc.returncode != 0:
-        sys.exit(f"docker build {tag} failed: {engine_image.build_failure_summary(lines)}")
+        sys.exit(f"docker build {tag} failed: {buildlog.build_failure_summary(lines)}")
     return time.monotonic() - start
 
 
@@ -121,8 +122,8 @@ def check_drafter_only(output: str) -> tuple[int, int]:
 
 def fresh_base(tag: str) -> None:
     """The test bed's Debian base under a new image id (a label), so no layer is cached under it."""
-    dockerfile = f'FROM {testbed.BASE_IMAGE}\nLABEL io.specdeploy.bench-run="{time.time_ns()}"\n'
-    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=dockerfile, text=True, capture_output=True,
+    recipe = f'FROM {testbed.BASE_IMAGE}\nLABEL io.specdeploy.bench-run="{time.time_ns()}"\n'
+    subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=recipe, text=True, capture_output=True,
                    env={**os.environ, "DOCKER_BUILDKIT": "0"}, check=True)  # fmt: skip
 
 
@@ -132,7 +133,7 @@ def main() -> None:
     context = work / "context"
     # One specdeploy wheel for both builds: the checkout may change under a 10-minute run, and
     # only the drafter may differ between the two contexts.
-    wheel = engine_image.build_specdeploy_wheel(work / "wheel")
+    wheel = profiles.build_specdeploy_wheel(work / "wheel")
     base, cold_tag, warm_tag = (f"{REPOSITORY}:{name}" for name in ("base", "cold", "drafter-changed"))
     outputs: list[str] = []
     try:

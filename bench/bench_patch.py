@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specdeploy import pins, wheels
+from specdeploy import pins
+from specdeploy.build import wheels
 from specdeploy.patches import engine_install, patchset
 from specdeploy.patches.verify import verify
 

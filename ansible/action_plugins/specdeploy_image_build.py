@@ -9,8 +9,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from specdeploy.build.docker_build import BuildRequest, build_for
 from specdeploy.errors import SpecdeployError
-from specdeploy.image_build import BuildRequest, build_for
 from specdeploy.targets import CONNECTION_VARS, from_hostvars
 
 display = Display()

@@ -1,5 +1,5 @@
 """Action `specdeploy_serve`: roll the engine container out (or back) on the target and watch it
-to READY, rolling back on FAILED/STALLED. Thin: the logic is in specdeploy.serving.
+to READY, rolling back on FAILED/STALLED. Thin: the logic is in specdeploy.serve.
 
 The API key is read from the `serving_api_key` variable, never from the task's arguments, so
 it appears in no task result or log line.
@@ -13,14 +13,13 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from specdeploy.connection import CommandHost, docker_client_for
 from specdeploy.errors import SpecdeployError
-from specdeploy.images import CommandHost
 from specdeploy.paths import state_dir
-from specdeploy.remote_docker import docker_client_for
-from specdeploy.serving import rollout as rollouts
-from specdeploy.serving.config import ServingConfig
-from specdeploy.serving.record import DEFAULT_STATE_DIR, HostRecordStore
-from specdeploy.serving.rollout import Rollout
+from specdeploy.serve import rollout as rollouts
+from specdeploy.serve.config import ServingConfig
+from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
+from specdeploy.serve.rollout import Rollout
 from specdeploy.targets import CONNECTION_VARS, from_hostvars
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy import drafter, engine_image, hostchecks
+from specdeploy.build import drafter, profiles
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
-from specdeploy.platforms import platform_problems
-from specdeploy.serving import variables as serving_variables
-from specdeploy.serving.config import ServingConfig
+from specdeploy.preflight import host as hostchecks
+from specdeploy.preflight.platforms import platform_problems
+from specdeploy.serve import variables as serving_variables
+from specdeploy.serve.config import ServingConfig
 
 
 def drafter_check(
@@ -19,7 +20,7 @@ def drafter_check(
     target_config_text: str | None,
     profile: str | None = None,
 ) -> dict[str, Any]:
-    prof = engine_image.profile(profile) if profile else None
+    prof = profiles.profile(profile) if profile else None
     engine = (prof.engine, prof.version) if prof else None
     return {
         "problems": drafter.problems(config_text, manifest_text, files_sha256, target_config_text, engine),

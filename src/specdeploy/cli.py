@@ -11,17 +11,31 @@ from typing import Any
 
 from rich.console import Console
 
-from specdeploy import __version__, engine_image, inventory, testbed
+from specdeploy import __version__, inventory
+from specdeploy.build import dockerfile, profiles
 from specdeploy.errors import SpecdeployError
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import ansible_env, run_playbook
-from specdeploy.serving import hosts as serving_hosts
-from specdeploy.serving.config import CONTAINER
+from specdeploy.serve import hosts as serving_hosts
+from specdeploy.serve.config import CONTAINER
 from specdeploy.targets import SshSettings, Target, probe
 from specdeploy.watch import cli as watch_cli
 
 err = Console(stderr=True, highlight=False)
+TESTBED_PLAYBOOK = "testbed/site.yml"  # the test bed's models, then ansible/site.yml
+
+
+def local_testbed() -> Any:
+    """The checkout's test bed package; an installed specdeploy has none and needs --host."""
+    try:
+        from specdeploy_testbed import testbed  # noqa: PLC0415 (never shipped in the wheel)
+    except ImportError as exc:
+        raise SpecdeployError(
+            "no --host given, and the local test bed is not installed (it exists only in a specdeploy checkout)",
+            hint="name the host: specdeploy deploy --host user@host[:port] (or HOST=... with make)",
+        ) from exc
+    return testbed
 
 
 def _existing_file(value: str) -> Path:
@@ -46,12 +60,13 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
 def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
     """The inventory to run against: the test bed's, or one generated for --host after a probe."""
     if not args.host:
+        testbed = local_testbed()
         tb = testbed.paths()
         if bring_up_testbed:
             testbed.up(args.testbed_hosts)
         elif not tb.inventory.is_file():
             raise SpecdeployError("the local test bed is not up", hint="run `make deploy` or `make testbed` first")
-        return tb.inventory
+        return Path(tb.inventory)
     target = Target.parse(args.host)
     settings = SshSettings(known_hosts=tuple(args.known_hosts), identity_file=args.ssh_key)
     probe(target, settings)
@@ -64,6 +79,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
 
 
 def cmd_testbed(args: argparse.Namespace) -> int:
+    testbed = local_testbed()
     if args.action == "up":
         testbed.up(args.hosts)
     elif args.action == "down":
@@ -84,7 +100,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         extra += ["--extra-vars", value]
     if args.check:
         extra.append("--check")
-    run = run_playbook(inv, *extra)
+    run = run_playbook(inv, *extra, playbook="ansible/site.yml" if args.host else TESTBED_PLAYBOOK)
     if run.returncode != 0:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
         return 1
@@ -157,14 +173,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return watch_cli.BAD_INPUT
 
 
-def _pip_base(args: argparse.Namespace) -> engine_image.PipBase | None:
+def _pip_base(args: argparse.Namespace) -> profiles.PipBase | None:
     if args.base == "official":
         if args.base_image or args.engine_version or args.pip_ca_bundle:
             raise SpecdeployError("--base-image, --engine-version and --pip-ca-bundle need --base pip")
         return None
     if not args.base_image:
         raise SpecdeployError("--base pip needs --base-image (a plain Debian/Ubuntu image with apt)")
-    return engine_image.PipBase(
+    return profiles.PipBase(
         args.base_image,
         python_version=args.base_python,
         engine_version=args.engine_version,
@@ -173,12 +189,12 @@ def _pip_base(args: argparse.Namespace) -> engine_image.PipBase | None:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    prof = engine_image.profile(args.profile)
+    prof = profiles.profile(args.profile)
     base = _pip_base(args)
-    built = engine_image.pip_profile(prof, base) if base else prof
+    built = profiles.pip_profile(prof, base) if base else prof
     if args.action == "render":
-        patch_digest = args.patch_digest or engine_image.expected_patch_digest(built)
-        text = engine_image.render(
+        patch_digest = args.patch_digest or profiles.expected_patch_digest(built)
+        text = dockerfile.render(
             prof,
             patch_digest=patch_digest,
             drafter_digest=args.drafter_digest,
@@ -191,7 +207,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     # One context per profile and drafter, so hosts building different drafters never share one.
     name = prof.name if base is None else f"{prof.name}-pip-{built.version}"
     dest = Path(args.dest) if args.dest else state_dir() / "build" / f"{name}-{args.drafter_digest[7:19]}"
-    result = engine_image.prepare_context(
+    result = dockerfile.prepare_context(
         prof,
         dest,
         drafter_digest=args.drafter_digest,
@@ -264,13 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--drafter-digest", required=True, help="sha256:... of the drafter (labels the image)")
     img.add_argument("--base-digest", help="sha256:... pinning the GPU profiles' base image")
     img.add_argument("--patch-digest", help="render: skip computing it from the real release")
-    img.add_argument("--sgl-kernel-build", default="auto", choices=engine_image.SGL_KERNEL_BUILD_MODES)
+    img.add_argument("--sgl-kernel-build", default="auto", choices=profiles.SGL_KERNEL_BUILD_MODES)
     img.add_argument("--dest", help="context: the folder to fill")
     img.add_argument("--specdeploy-wheel", help="context: install this specdeploy wheel in the image")
     img.add_argument(
         "--base",
         default="official",
-        choices=engine_image.BASES,
+        choices=profiles.BASES,
         help="vllm-cuda: the pinned official image (default), or pip install vllm onto --base-image",
     )
     img.add_argument("--base-image", help="--base pip: a plain Debian/Ubuntu image (tag or name@sha256:...)")

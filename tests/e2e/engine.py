@@ -67,8 +67,8 @@ def restore_pristine_engine() -> None:
 def ensure_tiny_models() -> Path:
     out = state_dir() / "models" / "always-accept"
     if not (out / "drafter" / "config.json").is_file():
-        env = {**os.environ, "PYTHONPATH": str(project_root() / "src")}
-        _run(engine_python(), "-m", "specdeploy.engine_side.tiny_models", out, "--always-accept", env=env)
+        env = {**os.environ, "PYTHONPATH": str(project_root() / "testbed")}
+        _run(engine_python(), "-m", "specdeploy_testbed.tiny_models", out, "--always-accept", env=env)
     return out
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from specdeploy import testbed
+from specdeploy_testbed import testbed
 from tests.integration.helpers import CLI, ROOT, Result, record_timing, specdeploy
 from tests.integration.test_serving import ENGINE, complete_and_count, engine_image_tag, remote
 

@@ -26,11 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy import drafter, engine_image, image_build, pins, testbed, wheels
+from specdeploy import pins
+from specdeploy.build import docker_build, dockerfile, drafter, profiles, wheels
+from specdeploy.connection import CommandHost
 from specdeploy.docker_engine import ensure_engine
-from specdeploy.images import CommandHost
 from specdeploy.patches import vllm_eagle3
 from specdeploy.paths import state_dir
+from specdeploy_testbed import testbed
 
 pytestmark = pytest.mark.e2e  # a real engine, installed from PyPI; its own folder keeps it out of `make test`
 
@@ -196,16 +198,16 @@ def last_json(text: str) -> dict[str, object]:
 
 def prepare(slot: Slot, tmp_path: Path) -> tuple[dict[str, object], str]:
     """The build context (pip base, this version) with a dummy drafter; (its info, drafter digest)."""
-    base = engine_image.PipBase(slot.base_image, python_version="3.11", engine_version=slot.version,
+    base = profiles.PipBase(slot.base_image, python_version="3.11", engine_version=slot.version,
                                 ca_bundle=ca_bundle())  # fmt: skip
     drafter_digest = dummy_drafter(tmp_path / "drafter")
     context = tmp_path / "context"
-    info = engine_image.prepare_context(engine_image.profile("vllm-cuda"), context, drafter_digest=drafter_digest,
+    info = dockerfile.prepare_context(profiles.profile("vllm-cuda"), context, drafter_digest=drafter_digest,
                                         base_digest=None, sgl_kernel_build="never", wheel=None, base=base)  # fmt: skip
     shutil.copytree(tmp_path / "drafter", context / "drafter")
-    dockerfile = (context / "Dockerfile").read_text()
-    assert f"ARG BASE_IMAGE={slot.base_image}\n" in dockerfile
-    assert f"/opt/engine/bin/pip install --no-cache-dir vllm=={slot.version}" in dockerfile
+    text = (context / "Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={slot.base_image}\n" in text
+    assert f"/opt/engine/bin/pip install --no-cache-dir vllm=={slot.version}" in text
     lint = subprocess.run([str(HADOLINT), "--no-color", str(context / "Dockerfile")], capture_output=True, text=True,
                           check=False)  # fmt: skip
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -221,8 +223,8 @@ def build(slot: Slot, info: dict[str, object], capsys: pytest.CaptureFixture[str
         with capsys.disabled():
             print(f"  [{slot.version}] {line}", flush=True)
 
-    request = image_build.BuildRequest(str(info["context"]), slot.tag, str(info["inputs_digest"]), timeout=5400)
-    result = image_build.build(CommandHost(), request, slot.log, on_step)
+    request = docker_build.BuildRequest(str(info["context"]), slot.tag, str(info["inputs_digest"]), timeout=5400)
+    result = docker_build.build(CommandHost(), request, slot.log, on_step)
     log = slot.log.read_text()
     assert not result.failure, f"{result.failure}\n{log[-4000:]}"
     assert result.built
@@ -243,9 +245,9 @@ def test_pip_base_renders_hadolint_clean_with_torch_in_its_own_layer(
     """Seconds, no build: what the pip base renders, and that the default vllm-cuda still pins the official image."""
     bundle = tmp_path / "ca.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
-    base = engine_image.PipBase(testbed.BASE_IMAGE, engine_version=version, ca_bundle=bundle if with_ca else None)
+    base = profiles.PipBase(testbed.BASE_IMAGE, engine_version=version, ca_bundle=bundle if with_ca else None)
     digest = "sha256:" + "0" * 64
-    text = engine_image.render(engine_image.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest, base=base)
+    text = dockerfile.render(profiles.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest, base=base)
     (tmp_path / "Dockerfile").write_text(text)
     lint = subprocess.run([str(HADOLINT), "--no-color", str(tmp_path / "Dockerfile")], capture_output=True, text=True,
                           check=False)  # fmt: skip
@@ -258,7 +260,7 @@ def test_pip_base_renders_hadolint_clean_with_torch_in_its_own_layer(
     assert text.index(torch[1]) < text.index(f"pip install --no-cache-dir vllm=={version}")
     assert f'io.specdeploy.engine-version="{version}"' in text
     assert ("COPY pip-ca.pem /tmp/pip-ca.pem" in text) == with_ca
-    official = engine_image.render(engine_image.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest,
+    official = dockerfile.render(profiles.profile("vllm-cuda"), patch_digest=digest, drafter_digest=digest,
                                    base_digest=digest)  # fmt: skip
     assert f"ARG BASE_IMAGE=vllm/vllm-openai:v{pins.VLLM_CUDA}@{digest}" in official
     assert "/opt/engine/bin/pip install" not in official

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy import testbed
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.paths import state_dir
+from specdeploy_testbed import testbed
 
 from .helpers import TIMINGS, Result, record_timing, specdeploy
 

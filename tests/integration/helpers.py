@@ -9,8 +9,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from specdeploy import testbed
 from specdeploy.paths import project_root
+from specdeploy_testbed import testbed
 
 ROOT = project_root()
 CLI = [sys.executable, "-m", "specdeploy.cli"]

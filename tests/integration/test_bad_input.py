@@ -9,7 +9,7 @@ import sysconfig
 
 import pytest
 
-from specdeploy import testbed
+from specdeploy_testbed import testbed
 
 from .helpers import ROOT, assert_clear_error, free_port, specdeploy, tb_args
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy import engine_image, testbed
+from specdeploy.build import profiles
+from specdeploy.connection import docker_client
 from specdeploy.paths import project_root
 from specdeploy.playbook import run_playbook
-from specdeploy.remote_docker import docker_client
+from specdeploy_testbed import testbed
 from tests.e2e import engine
 
 from .helpers import record_timing
@@ -87,8 +88,8 @@ def test_vllm_cpu_image_builds_for_real_verifies_and_converges(host_with_models)
     tag = re.findall(r"tag: (specdeploy/vllm-cpu:\S+)", run.output)[-1]
     engine_host = remote()
     labels = engine_host.images.get(tag).labels
-    prof = engine_image.profile("vllm-cpu")
-    assert labels["io.specdeploy.patch-digest"] == engine_image.expected_patch_digest(prof)
+    prof = profiles.profile("vllm-cpu")
+    assert labels["io.specdeploy.patch-digest"] == profiles.expected_patch_digest(prof)
     assert labels["io.specdeploy.drafter-digest"].startswith("sha256:")
     assert labels["io.specdeploy.engine-version"] == prof.version
     # The image itself proves its engine: verify (AST checks + import probe) inside it.

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from specdeploy.gpu import simulated
+from specdeploy_testbed import simulated_gpu as simulated
 
 from .helpers import specdeploy, tb_args
 

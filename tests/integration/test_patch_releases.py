@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy import pins, wheels
+from specdeploy import pins
+from specdeploy.build import wheels
 from specdeploy.patches.patchset import MANIFEST
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 The host is a fresh test-bed host (Debian 12, systemd, its own dockerd, real SSH) named
 simulated-sm120. It has no GPU: the packages come from the local apt repository of simulated
-stand-ins (specdeploy.gpu.simulated_repo), whose nvidia-smi replays simulated output for
+stand-ins (specdeploy_testbed.simulated_repo), whose nvidia-smi replays simulated output for
 8x RTX PRO 6000 Blackwell, whose nvcc "compiles" only known architectures, and whose nvidia-ctk
 merges daemon.json like the real one. The roles, apt, dpkg holds, systemd, dockerd restarts and
 daemon.json merging are all real.
@@ -22,17 +22,18 @@ import pytest
 import yaml
 from docker.models.containers import Container
 
-from specdeploy import inventory, testbed
+from specdeploy import inventory
 from specdeploy.docker_engine import ensure_engine
-from specdeploy.gpu import simulated_repo
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import PlaybookRun, ansible_env, run_playbook
+from specdeploy_testbed import simulated_repo, testbed
 
 from .helpers import record_timing
 
 pytestmark = pytest.mark.integration
 
 HOST = "simulated-sm120"
+PLAYBOOK = "tests/integration/playbooks/provision_simulated.yml"
 # A daemon.json already on the host, with keys the roles do not manage: they must survive.
 FOREIGN_DAEMON_JSON = {"max-concurrent-downloads": 4, "log-opts": {"labels": "io.specdeploy.simulated"}}
 
@@ -85,10 +86,12 @@ def simulated_inventory(simulated_sm120: SimulatedHost, tmp_path_factory: pytest
     doc["all"]["children"]["simulated_sm120"]["vars"] |= {
         "ansible_python_interpreter": "/usr/bin/python3",
         "specdeploy_provision_gpu": True,
-        # Every package comes from the simulated stand-in repository built on the controller.
-        "nvidia_driver_simulated_repo": repo,
-        "cuda_toolkit_simulated_repo": repo,
-        "container_runtime_simulated_repo": repo,
+        # Every package comes from the simulated stand-in repository built on the controller, which
+        # the test-only role setup_simulated_apt makes the host's apt source (PLAYBOOK).
+        "setup_simulated_apt_repo": repo,
+        "nvidia_driver_apt_source": "preconfigured",
+        "cuda_toolkit_apt_source": "preconfigured",
+        "container_runtime_apt_source": "preconfigured",
         # A container has no headers for the controller's kernel, and cannot reboot itself.
         "nvidia_driver_install_headers": False,
         "nvidia_driver_reboot": False,
@@ -108,7 +111,7 @@ def simulated_inventory(simulated_sm120: SimulatedHost, tmp_path_factory: pytest
 
 def _timed(label: str, inv: Path, *args: str) -> PlaybookRun:
     start = time.monotonic()
-    run = run_playbook(inv, *args)
+    run = run_playbook(inv, *args, playbook=PLAYBOOK)
     record_timing(label, time.monotonic() - start)
     return run
 
@@ -196,7 +199,7 @@ def test_a_driver_that_cannot_drive_sm120_is_refused_before_any_change(
     first_run, simulated_inventory, extra_vars, needles
 ):
     assert first_run.returncode == 0, "the first run failed"
-    run = run_playbook(simulated_inventory, "--tags", "provision", "-e", json.dumps(extra_vars))
+    run = run_playbook(simulated_inventory, "--tags", "provision", "-e", json.dumps(extra_vars), playbook=PLAYBOOK)
     assert run.returncode != 0, run.output[-3000:]
     assert "Refuse a driver that cannot drive these GPUs" in run.output
     assert run.recap[HOST]["failed"] == 1 and run.changed == 0, run.recap
@@ -208,7 +211,7 @@ def test_a_driver_that_cannot_drive_sm120_is_refused_before_any_change(
 def test_bad_variables_are_rejected_by_the_argument_spec_before_any_task(first_run, simulated_inventory):
     assert first_run.returncode == 0, "the first run failed"
     bad = {"nvidia_driver_branch": 999, "nvidia_driver_reboot": "sometimes"}
-    run = run_playbook(simulated_inventory, "--tags", "provision", "-e", json.dumps(bad))
+    run = run_playbook(simulated_inventory, "--tags", "provision", "-e", json.dumps(bad), playbook=PLAYBOOK)
     assert run.returncode != 0
     validation = "TASK [nvidia_driver : Validating arguments against arg spec 'main'"
     assert validation in run.output, run.output[-3000:]
@@ -223,7 +226,7 @@ def test_bad_variables_are_rejected_by_the_argument_spec_before_any_task(first_r
 def test_simulated_repo_cli_builds_an_indexed_repository(tmp_path):
     out = tmp_path / "repo"
     proc = subprocess.run(
-        [sys.executable, "-m", "specdeploy.gpu.simulated_repo", "--out", str(out)],
+        [sys.executable, "-m", "specdeploy_testbed.simulated_repo", "--out", str(out)],
         capture_output=True,
         text=True,
         check=False,

@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specdeploy import testbed
+from specdeploy.connection import docker_client
 from specdeploy.playbook import parse_recap
-from specdeploy.remote_docker import docker_client
-from specdeploy.serving.config import CONFIG_LABEL
+from specdeploy.serve.config import CONFIG_LABEL
 from specdeploy.targets import Target, forward_port
 from specdeploy.watch.readiness import spec_counters
+from specdeploy_testbed import testbed
 
 from .helpers import record_timing, specdeploy
 

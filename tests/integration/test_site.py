@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from specdeploy.testbed import container_name, host_name
 
 from .helpers import record_timing, specdeploy

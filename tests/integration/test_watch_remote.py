@@ -10,12 +10,12 @@ import threading
 import pytest
 from docker.errors import NotFound
 
-from specdeploy import testbed
+from specdeploy.build.ship import ship_image
+from specdeploy.connection import CommandHost, docker_client
 from specdeploy.errors import SpecdeployError
-from specdeploy.images import CommandHost, ship_image
 from specdeploy.playbook import run_playbook
-from specdeploy.remote_docker import docker_client
 from specdeploy.targets import Target, forward_port
+from specdeploy_testbed import testbed
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from specdeploy.gpu import simulated
 from specdeploy.gpu.checks import (
     driver_problems,
     foreign_process_problems,
@@ -15,7 +14,8 @@ from specdeploy.gpu.checks import (
     nccl_recommendations,
 )
 from specdeploy.gpu.facts import GpuFacts, collect
-from specdeploy.gpu.simulated import capture_dir
+from specdeploy_testbed import simulated_gpu as simulated
+from specdeploy_testbed.simulated_gpu import capture_dir
 
 CAPTURES = capture_dir()
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"real nvidia-smi captures not found at {CAPTURES}")

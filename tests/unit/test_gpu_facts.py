@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.errors import SpecdeployError
-from specdeploy.gpu import cli, simulated
+from specdeploy.gpu import cli
 from specdeploy.gpu.facts import (
     QUERY_GPU_FIELDS,
     GpuProcess,
@@ -23,7 +23,8 @@ from specdeploy.gpu.facts import (
     parse_smi_xml,
     parse_topo,
 )
-from specdeploy.gpu.simulated import capture_dir
+from specdeploy_testbed import simulated_gpu as simulated
+from specdeploy_testbed.simulated_gpu import capture_dir
 
 CAPTURES = capture_dir()
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"real nvidia-smi captures not found at {CAPTURES}")

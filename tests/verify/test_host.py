@@ -5,7 +5,7 @@ Run through `specdeploy verify`, which passes --hosts/--ansible-inventory for th
 
 from __future__ import annotations
 
-from specdeploy.platforms import MIN_TARGET_PYTHON, SUPPORTED_RELEASES
+from specdeploy.preflight.platforms import MIN_TARGET_PYTHON, SUPPORTED_RELEASES
 
 
 def test_os_release_is_supported(host):

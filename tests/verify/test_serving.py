@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from specdeploy import drafter, engine_image
+from specdeploy.build import drafter, profiles
 
 CONTAINER = "specdeploy-engine"
 
@@ -67,8 +67,8 @@ def test_model_is_listed(host, record):
 def test_image_patch_manifest_and_drafter_match_the_inventory(host, record):
     hostvars = host.ansible.get_variables()
     labels = json.loads(_inspect(host, record["image_id"], "{{json .Config.Labels}}"))
-    prof = engine_image.profile(hostvars.get("engine_image_profile", "vllm-cpu"))
-    assert labels["io.specdeploy.patch-digest"] == engine_image.expected_patch_digest(prof), "patch manifest differs"
+    prof = profiles.profile(hostvars.get("engine_image_profile", "vllm-cpu"))
+    assert labels["io.specdeploy.patch-digest"] == profiles.expected_patch_digest(prof), "patch manifest differs"
     path = hostvars["engine_image_drafter_path"]
     out = host.run(f"cd {path} && find . -type f -exec sha256sum {{}} +")
     assert out.rc == 0, f"cannot hash the drafter at {path}: {out.stderr.strip()}"

@@ -50,7 +50,7 @@ def build_source(args: argparse.Namespace) -> Source:
     if args.container:
         if args.pid or args.log_file:
             raise SpecdeployError("use either --container or --pid/--log-file, not both")
-        from specdeploy.remote_docker import docker_client  # noqa: PLC0415 (SSH client only when needed)
+        from specdeploy.connection import docker_client  # noqa: PLC0415 (SSH client only when needed)
 
         client = docker_client(args.docker_host, tuple(args.known_hosts), args.ssh_key)
         try:

@@ -17,8 +17,8 @@ from typing import Any
 from docker.client import DockerClient
 from docker.errors import NotFound
 
+from specdeploy.connection import docker_client_for
 from specdeploy.errors import SpecdeployError
-from specdeploy.remote_docker import docker_client_for
 from specdeploy.targets import Forward, from_hostvars
 from specdeploy.transport import BACKOFF_S, RECONNECT_GRACE_S, describe, is_transport_error
 from specdeploy.watch.sources import ContainerSource, Liveness

@@ -1,0 +1,157 @@
+"""The engine Dockerfile rendered from engine.Dockerfile.j2 (shipped beside this module), and the
+build context the controller prepares for the build host (wheelhouse, specdeploy wheel)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from specdeploy import __version__, pins
+from specdeploy.build import source, wheels
+from specdeploy.build.profiles import (
+    DIGEST,
+    DRAFTER_DIR,
+    PIP_CA,
+    SGL_KERNEL_BUILD_MODES,
+    TOOL_REQUIREMENTS,
+    PipBase,
+    Profile,
+    base_image,
+    expected_patch_digest,
+    pip_profile,
+)
+from specdeploy.errors import SpecdeployError
+
+
+def render(
+    prof: Profile,
+    *,
+    patch_digest: str,
+    drafter_digest: str,
+    base_digest: str | None = None,
+    sgl_kernel_build: str = "auto",
+    base: PipBase | None = None,
+) -> str:
+    """The Dockerfile. With BASE, PROF is first turned into its pip_profile()."""
+    if base is not None:
+        prof = pip_profile(prof, base)
+    if sgl_kernel_build not in SGL_KERNEL_BUILD_MODES:
+        raise SpecdeployError(f"sgl_kernel_build={sgl_kernel_build!r}: use one of {', '.join(SGL_KERNEL_BUILD_MODES)}")
+    for label, value in (("patch", patch_digest), ("drafter", drafter_digest)):
+        if not DIGEST.match(value):
+            raise SpecdeployError(f"{label} digest {value!r} is not sha256:<64 hex>")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template("engine.Dockerfile.j2").render(
+        profile=prof.name,
+        specdeploy_version=__version__,
+        base_image=base_image(prof, base_digest),
+        install_from_wheelhouse=prof.install_from_wheelhouse,
+        index_requirements=prof.index_requirements,
+        pip_ca=base is not None and base.ca_bundle is not None,
+        pip_ca_file=PIP_CA,
+        builder_system_packages=prof.builder_system_packages,
+        engine_requirements=prof.engine_requirements,
+        unwanted_packages=prof.unwanted_packages,
+        sgl_kernel_build=sgl_kernel_build if prof.engine == "sglang" else "never",
+        sgl_kernel_version=pins.SGL_KERNEL,
+        sgl_kernel_max_jobs=2,
+        system_packages=prof.system_packages,
+        engine_python=prof.engine_python,
+        engine_distribution=prof.distribution,
+        engine_version=prof.version,
+        engine=prof.engine,
+        cpu_shim=prof.cpu_shim,
+        tool_requirements=TOOL_REQUIREMENTS,
+        py_spy_requirement=f"py-spy=={pins.PY_SPY}",
+        patch_digest=patch_digest,
+        drafter_digest=drafter_digest,
+        drafter_dir=DRAFTER_DIR,
+    )
+
+
+def prepare_context(
+    prof: Profile,
+    dest: Path,
+    *,
+    drafter_digest: str,
+    base_digest: str | None,
+    sgl_kernel_build: str,
+    wheel: Path | None,
+    base: PipBase | None = None,
+) -> dict[str, object]:
+    """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels."""
+    if base is not None and base.ca_bundle is not None and not base.ca_bundle.is_file():
+        raise SpecdeployError(f"CA bundle {base.ca_bundle} is not a file")
+    built = pip_profile(prof, base) if base is not None else prof
+    patch_digest = expected_patch_digest(built)
+    dockerfile = render(
+        prof,
+        patch_digest=patch_digest,
+        drafter_digest=drafter_digest,
+        base_digest=base_digest,
+        sgl_kernel_build=sgl_kernel_build,
+        base=base,
+    )
+    prof = built
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / PIP_CA).unlink(missing_ok=True)
+    if base is not None and base.ca_bundle is not None:
+        shutil.copyfile(base.ca_bundle, dest / PIP_CA)
+    # Markers sit outside the context, so they are not sent to the build.
+    marker, stamp = dest.parent / f".{dest.name}.wheelhouse", dest.parent / f".{dest.name}.inputs"
+    wanted = json.dumps([prof.engine_requirements, TOOL_REQUIREMENTS, pins.PY_SPY, prof.python_version])
+    complete = (dest / "wheelhouse.tar").is_file() or not prof.install_from_wheelhouse
+    if not complete or not marker.is_file() or marker.read_text() != wanted:
+        (dest / "wheelhouse.tar").unlink(missing_ok=True)
+        stamp.unlink(missing_ok=True)
+        shutil.rmtree(dest / "specdeploy-wheels", ignore_errors=True)
+        if prof.install_from_wheelhouse:
+            with tempfile.TemporaryDirectory() as tmp:
+                wheels.pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
+                deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
+        wheels.pip_download(
+            [*TOOL_REQUIREMENTS, f"py-spy=={pins.PY_SPY}"], dest / "specdeploy-wheels", prof.python_version
+        )
+        if prof.engine == "sglang":
+            wheels.pip_download(
+                [f"nvidia-cuda-cuobjdump=={pins.CUOBJDUMP}"], dest / "tools-wheelhouse", prof.python_version
+            )
+        marker.write_text(wanted)
+    # Everything the build reads but the drafter (whose digest is in the Dockerfile's labels): an
+    # image labelled with this digest needs no rebuild, and its context no new copy. The specdeploy
+    # package counts by its source digest (or the given wheel's bytes), so no wheel is built to hash.
+    inputs = hashlib.sha256(dockerfile.encode() + wanted.encode())
+    if (dest / PIP_CA).is_file():
+        inputs.update((dest / PIP_CA).read_bytes())
+    inputs.update(hashlib.sha256(wheel.read_bytes()).digest() if wheel else source.package_digest().encode())
+    digest = "sha256:" + inputs.hexdigest()
+    if not stamp.is_file() or stamp.read_text() != digest:
+        stamp.unlink(missing_ok=True)
+        for old in (dest / "specdeploy-wheels").glob("specdeploy-*.whl"):
+            old.unlink()
+        shutil.copy2(wheel or source.specdeploy_wheel(), dest / "specdeploy-wheels")
+        (dest / "Dockerfile").write_text(dockerfile)
+        stamp.write_text(digest)
+    return {"profile": prof.name, "patch_digest": patch_digest, "context": str(dest),
+            "inputs_digest": digest}  # fmt: skip
+
+
+def deterministic_tar(folder: Path, out: Path) -> None:
+    """One file, same bytes for the same wheels: copied (and checksummed) once, not 150 times."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(folder.iterdir()):
+            info = tar.gettarinfo(str(path), arcname=path.name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)

@@ -1,0 +1,69 @@
+"""Real engine wheels from PyPI, cached under .state/, and their Python sources extracted.
+
+Patch sets are tested against these, never against copies kept in the repository.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from specdeploy.errors import SpecdeployError
+from specdeploy.paths import state_dir
+
+
+def wheel_cache() -> Path:
+    return state_dir() / "wheels"
+
+
+def download(distribution: str, version: str, dest: Path | None = None) -> Path:
+    """`pip download --no-deps DIST==VERSION`, reusing a wheel already in the cache."""
+    dest = dest or wheel_cache()
+    dest.mkdir(parents=True, exist_ok=True)
+    pattern = f"{distribution.replace('-', '_')}-{version}-*.whl"
+    found = sorted(dest.glob(pattern))
+    if found:
+        return found[0]
+    pip_download([f"{distribution}=={version}"], dest, no_deps=True)
+    found = sorted(dest.glob(pattern))
+    if not found:
+        raise SpecdeployError(f"pip download {distribution}=={version} gave no {pattern}")
+    return found[0]
+
+
+def pip_download(requirements: list[str], dest: Path, python_version: str | None = None, no_deps: bool = False) -> None:
+    """`pip download` into DEST; for another PYTHON_VERSION, binary wheels of manylinux x86_64."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest), *requirements]
+    cmd += ["--no-deps"] if no_deps else []
+    if python_version and python_version != f"{sys.version_info.major}.{sys.version_info.minor}":
+        cmd += ["--only-binary=:all:", "--python-version", python_version,
+                "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SpecdeployError(f"pip download {' '.join(requirements)} failed: {proc.stderr.strip()[-800:]}")
+
+
+def extract_sources(wheel: Path, dest: Path) -> Path:
+    """Extract the wheel's .py files and dist-info (not its multi-GB binaries) into a site-packages."""
+    marker = dest / ".specdeploy-extracted"
+    if marker.is_file() and marker.read_text() == wheel.name:
+        return dest
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if n.endswith(".py") or ".dist-info/" in n]
+        archive.extractall(tmp, members)
+    (tmp / ".specdeploy-extracted").write_text(wheel.name)
+    tmp.rename(dest)
+    return dest
+
+
+def release_sources(distribution: str, version: str) -> Path:
+    wheel = download(distribution, version)
+    return extract_sources(wheel, state_dir() / "engines" / f"{distribution}-{version}" / "site-packages")

@@ -1,0 +1,187 @@
+"""One variable set for both engines, rendered into the engine's command line and its container.
+
+Everything the container is made of goes into `digest()`: a rerun with the same digest and image
+is converged (no restart); any difference is a rollout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specdeploy.build.profiles import DRAFTER_DIR
+
+ENGINES = ("vllm", "sglang")
+GPU_ACCESS = ("cdi", "device_requests", "none")
+SPECULATIVE_METHODS = ("eagle3", "none")
+IPC_MODES = ("host", "private", "shareable")
+MODEL_MOUNT = "/models/target"
+CONTAINER = "specdeploy-engine"
+CONFIG_LABEL = "io.specdeploy.serve-config"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    engine: str
+    image: str
+    model_path: str  # on the host; mounted read-only at MODEL_MOUNT
+    served_model_name: str
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    speculative_method: str = "eagle3"
+    num_speculative_tokens: int = 3
+    drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path (read-only)
+    port: int = 8000
+    bind_address: str = "127.0.0.1"
+    api_key: str | None = None
+    gpus: str = "cdi"
+    # host: NCCL and the engines' shared-memory queues use the host's /dev/shm (sized by the host);
+    # private: the container's own /dev/shm of shm_size (docker ignores shm_size with ipc=host).
+    ipc_mode: str = "host"
+    shm_size: str = "16g"
+    # -1: unlimited (pinned host memory for NCCL/CUDA). Raising it needs CAP_SYS_RESOURCE on the
+    # host's container engine; the test bed has none, so its inventory keeps the host's limit.
+    memlock_bytes: int = -1
+    stack_bytes: int = 64 * 1024**2
+    # PCIe-only hosts with >2 GPUs and IOMMU/ACS not fixed: P2P off (see ENGINE_FACTS.md).
+    pcie_p2p_workaround: bool = False
+
+    @classmethod
+    def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
+        known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__}
+        if "extra_args" in known:
+            known["extra_args"] = tuple(str(a) for a in known["extra_args"] or ())
+        known["env"] = {str(k): str(v) for k, v in (known.get("env") or {}).items()}
+        known["volumes"] = {str(k): str(v) for k, v in (known.get("volumes") or {}).items()}
+        known["api_key"] = known.get("api_key") or None
+        known["max_model_len"] = int(known["max_model_len"]) if known.get("max_model_len") else None
+        ints = ("tensor_parallel_size", "pipeline_parallel_size", "num_speculative_tokens", "port", "memlock_bytes",
+                "stack_bytes")  # fmt: skip
+        for name in ints:
+            if name in known:
+                known[name] = int(known[name])
+        if "pcie_p2p_workaround" in known:
+            known["pcie_p2p_workaround"] = str(known["pcie_p2p_workaround"]).lower() in ("true", "1", "yes")
+        return cls(**known)
+
+    def problems(self) -> list[str]:
+        """Bad input, said before anything touches a host."""
+        out: list[str] = []
+        if self.engine not in ENGINES:
+            out.append(f"serving engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.gpus not in GPU_ACCESS:
+            out.append(f"serving_gpus {self.gpus!r} is not one of {', '.join(GPU_ACCESS)}")
+        if self.ipc_mode not in IPC_MODES:
+            out.append(f"serving_ipc_mode {self.ipc_mode!r} is not one of {', '.join(IPC_MODES)}")
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            out.append(f"speculative method {self.speculative_method!r} is not one of {SPECULATIVE_METHODS}")
+        if self.speculative_method == "eagle3" and not 1 <= self.num_speculative_tokens <= 16:
+            out.append(f"num_speculative_tokens={self.num_speculative_tokens}: use 1-16 (3-5 pays off for EAGLE-3)")
+        if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
+            out.append("tensor/pipeline parallel sizes must be >= 1")
+        if not 1 <= self.port <= 65535:
+            out.append(f"serving port {self.port} is outside 1-65535")
+        try:
+            loopback = ipaddress.ip_address(self.bind_address).is_loopback
+        except ValueError:
+            out.append(f"serving_bind_address {self.bind_address!r} is not an IP address")
+            loopback = True
+        if not loopback and not self.api_key:
+            out.append(
+                f"the API binds {self.bind_address}, off loopback, without an API key: set serving_api_key "
+                "(from ansible-vault: ansible-vault encrypt_string --name serving_api_key)"
+            )
+        if any("api-key" in arg for arg in self.extra_args):
+            out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
+        return out
+
+    # ------------------------------------------------------------------ the engine
+
+    def command(self) -> list[str]:
+        if self.engine == "vllm":
+            return self._vllm()
+        return self._sglang()
+
+    def _vllm(self) -> list[str]:
+        cmd = ["vllm", "serve", MODEL_MOUNT, "--served-model-name", self.served_model_name,
+               "--host", "0.0.0.0", "--port", str(self.port),
+               "--tensor-parallel-size", str(self.tensor_parallel_size),
+               "--pipeline-parallel-size", str(self.pipeline_parallel_size)]  # fmt: skip
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.speculative_method == "eagle3":
+            spec = {"method": "eagle3", "model": self.drafter_path,
+                    "num_speculative_tokens": self.num_speculative_tokens, "draft_tensor_parallel_size": 1}  # fmt: skip
+            cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        if self.pcie_p2p_workaround:
+            cmd.append("--disable-custom-all-reduce")
+        return [*cmd, *self.extra_args]
+
+    def _sglang(self) -> list[str]:
+        cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_MOUNT,
+               "--served-model-name", self.served_model_name, "--host", "0.0.0.0", "--port", str(self.port),
+               "--tp-size", str(self.tensor_parallel_size), "--pp-size", str(self.pipeline_parallel_size)]  # fmt: skip
+        if self.max_model_len:
+            cmd += ["--context-length", str(self.max_model_len)]
+        if self.speculative_method == "eagle3":
+            # All three of steps/topk/draft-tokens or none (ENGINE_FACTS.md); a chain: topk 1.
+            n = self.num_speculative_tokens
+            cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", self.drafter_path,
+                    "--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", str(n + 1)]  # fmt: skip
+        if self.pcie_p2p_workaround:
+            cmd.append("--disable-custom-all-reduce")
+        return [*cmd, *self.extra_args]
+
+    def environment(self) -> dict[str, str]:
+        env = {"HF_HUB_OFFLINE": "1", **self.env}
+        if self.pcie_p2p_workaround:
+            env["NCCL_P2P_DISABLE"] = "1"
+        if self.api_key:  # both engines read it from the environment: never on the command line
+            env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
+        return env
+
+    def digest(self) -> str:
+        """What the container is made of (the API key as a hash only)."""
+        fields = asdict(self)
+        fields["api_key"] = hashlib.sha256(self.api_key.encode()).hexdigest() if self.api_key else None
+        return "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+    def container_kwargs(self, image_id: str) -> dict[str, Any]:
+        """docker-py `containers.create` arguments. The restart policy is set after READY: a
+        crash during start-up must stay a crash for the watchdog, not a restart loop."""
+        kwargs: dict[str, Any] = {
+            "image": image_id,
+            "command": self.command(),
+            "name": CONTAINER,
+            "environment": self.environment(),
+            "ipc_mode": self.ipc_mode,
+            "ulimits": [
+                {"name": "memlock", "soft": self.memlock_bytes, "hard": self.memlock_bytes},
+                {"name": "stack", "soft": self.stack_bytes, "hard": self.stack_bytes},
+            ],
+            "volumes": {
+                self.model_path: {"bind": MODEL_MOUNT, "mode": "ro"},
+                **{host: {"bind": inside, "mode": "ro"} for host, inside in self.volumes.items()},
+            },
+            # py-spy reads a stalled engine's stacks (the watchdog's dump) with ptrace.
+            "cap_add": ["SYS_PTRACE"],
+            "ports": {f"{self.port}/tcp": (self.bind_address, self.port)},
+            "labels": {CONFIG_LABEL: self.digest(), "io.specdeploy.served-model": self.served_model_name},
+            "restart_policy": {"Name": "no"},
+            "detach": True,
+        }
+        if self.ipc_mode != "host":
+            kwargs["shm_size"] = self.shm_size
+        if self.gpus == "cdi":
+            kwargs["device_requests"] = [{"driver": "cdi", "device_ids": ["nvidia.com/gpu=all"]}]
+        elif self.gpus == "device_requests":
+            kwargs["device_requests"] = [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
+        return kwargs

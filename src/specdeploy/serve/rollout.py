@@ -1,0 +1,377 @@
+"""Roll the engine container out on a host, and back when the new one does not come up.
+
+A recorded state machine (specdeploy.serve.record): warm the page cache while the old engine
+serves; stop it (kept as `specdeploy-engine-previous` only if it was proven READY); start the new
+one with restart policy `no`; watch it; READY: promote it (restart policy, recorded as the last READY
+version); FAILED/STALLED: diagnostics saved, the failed container kept stopped as
+`specdeploy-engine-failed`, the last READY version restarted and watched. A rerun resumes from the
+record; converged means proven.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from docker.client import DockerClient
+from docker.errors import APIError, NotFound
+from docker.models.containers import Container
+
+from specdeploy.connection import CommandHost
+from specdeploy.errors import SpecdeployError
+from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
+from specdeploy.serve.record import EngineRef, RecordStore, RolloutRecord, stamp
+from specdeploy.transport import RECONNECT_GRACE_S, with_retries
+from specdeploy.watch.watchdog import Verdict
+
+PREVIOUS = f"{CONTAINER}-previous"
+FAILED = f"{CONTAINER}-failed"
+# The version before -previous, kept while a rollout is unproven: a failure puts it back as -previous.
+OLDER = f"{CONTAINER}-older"
+RUNNING_POLICY = {"Name": "unless-stopped"}
+WARM_MAX_FRACTION = 0.5  # of MemAvailable: never push the serving engine's own memory out
+
+Watcher = Callable[[str], Verdict]  # container name -> verdict
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome:
+    changed: bool
+    status: str  # unchanged | deployed | rolled-back | failed
+    message: str
+    image_id: str = ""
+    previous_image_id: str | None = None
+    warm: str = ""
+    verdict: dict[str, Any] | None = None
+    rollback_verdict: dict[str, Any] | None = None
+    started_at: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _get(client: DockerClient, name: str) -> Container | None:
+    try:
+        return client.containers.get(name)
+    except NotFound:
+        return None
+
+
+def _remove(client: DockerClient, name: str) -> None:
+    container = _get(client, name)
+    if container is not None:
+        container.remove(force=True)
+
+
+def is_converged(container: Container | None, cfg: ServingConfig, image_id: str) -> bool:
+    """Running this configuration and image (proven or not: see is_proven)."""
+    return container is not None and container.status == "running" and _matches(container, cfg, image_id)
+
+
+def warm_page_cache(host: CommandHost, model_path: str) -> str:
+    """Read the model files once so the new engine loads from memory, when memory allows."""
+    size = subprocess.run(host.command("du", "-sb", model_path), capture_output=True, text=True, check=False)
+    mem = subprocess.run(host.command("grep", "MemAvailable", "/proc/meminfo"), capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    try:
+        model_bytes = int(size.stdout.split()[0])
+        available = int(mem.stdout.split()[1]) * 1024
+    except (IndexError, ValueError):
+        return f"page cache not warmed: cannot size {model_path} or read MemAvailable"
+    gib = 1024**3
+    if model_bytes > available * WARM_MAX_FRACTION:
+        return (f"page cache not warmed: the model ({model_bytes / gib:.1f} GiB) is more than "
+                f"{WARM_MAX_FRACTION:.0%} of MemAvailable ({available / gib:.1f} GiB)")  # fmt: skip
+    read = host.command("find", model_path, "-type", "f", "-exec", "cat", "{}", "+")
+    proc = subprocess.run(read, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    if proc.returncode != 0:
+        return f"page cache warming failed: {proc.stderr.strip()[-200:]}"
+    mib = model_bytes / 1024**2
+    return f"page cache warmed: read {mib:.1f} MiB of model files (MemAvailable {available / gib:.1f} GiB)"
+
+
+def _save_diagnostics(verdict: Verdict, container: Container) -> None:
+    folder = Path(verdict.diagnostics)
+    folder.mkdir(parents=True, exist_ok=True)
+    container.reload()
+    attrs = {k: container.attrs.get(k) for k in ("Id", "Name", "Image", "State", "Config", "HostConfig")}
+    env = attrs["Config"].get("Env") if attrs.get("Config") else None
+    if env:  # the API key never lands on disk
+        attrs["Config"] = {**attrs["Config"], "Env": [e for e in env if "API_KEY" not in e]}
+    (folder / "container.json").write_text(json.dumps(attrs, indent=2, default=str) + "\n")
+
+
+def _ref(container: Container, proven: bool = False) -> EngineRef:
+    proven_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if proven else None
+    return EngineRef(
+        str(container.id), str(container.attrs["Image"]), str(container.labels.get(CONFIG_LABEL, "")), proven_at
+    )
+
+
+def _bring_up(container: Container, watch: Watcher, diagnostics: Path) -> Verdict:
+    container.reload()  # a renamed container keeps its old name until reloaded
+    if container.status != "running":
+        try:
+            container.start()
+        except APIError as exc:  # e.g. a ulimit or device the host's engine refuses: no process at all
+            folder = diagnostics / time.strftime("%Y%m%dT%H%M%S")
+            return Verdict(
+                status="FAILED",
+                elapsed_s=0.0,
+                stage="container start",
+                diagnostics=str(folder),
+                headline=f"docker could not start {container.name}: {exc.explanation or exc}",
+            )
+        container.reload()
+    return watch(container.name)
+
+
+def is_proven(container: Container | None, record: RolloutRecord) -> bool:
+    """Converged means proven: running, recorded as READY, and given its restart policy."""
+    return (
+        container is not None
+        and container.status == "running"
+        and record.proves(str(container.id))
+        and container.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") == RUNNING_POLICY["Name"]
+    )
+
+
+class Rollout:
+    """One rollout on one host, every step recorded before it is taken (see record.PHASES).
+
+    Containers are addressed by id and fetched afresh for every operation, through `with_retries`:
+    a dropped SSH connection or a restarting dockerd is reconnected with backoff for up to
+    `grace_s`, and each operation is idempotent, so a retry after a lost reply does no harm.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], DockerClient],
+        store: RecordStore,
+        watch: Watcher,
+        diagnostics: Path,
+        grace_s: float = RECONNECT_GRACE_S,
+    ) -> None:
+        self.connect, self.store, self.watch, self.diagnostics, self.grace_s = (
+            connect, store, watch, diagnostics, grace_s)  # fmt: skip
+        self.client = connect()
+        self.record = store.load()
+        self.began = False  # a step was taken: never report changed=false after that
+
+    # ------------------------------------------------------------------ transport-safe operations
+
+    def _reconnect(self) -> None:
+        self.client = self.connect()
+
+    def _retry(self, call: Callable[[], T]) -> T:
+        return with_retries(call, self._reconnect, self.grace_s)
+
+    def _get(self, name_or_id: str) -> Container | None:
+        return self._retry(lambda: _get(self.client, name_or_id))
+
+    def _rename(self, container_id: str, name: str) -> None:
+        def rename() -> None:
+            container = self.client.containers.get(container_id)
+            if container.name != name:
+                _remove(self.client, name)
+                container.rename(name)
+
+        self._retry(rename)
+
+    def _stop(self, container_id: str, timeout: int) -> None:
+        self._retry(lambda: self.client.containers.get(container_id).stop(timeout=timeout))
+
+    def _remove(self, name: str) -> None:
+        self._retry(lambda: _remove(self.client, name))
+
+    def _create(self, cfg: ServingConfig, image_id: str) -> Container:
+        def create() -> Container:
+            existing = _get(self.client, CONTAINER)  # a create whose reply was lost
+            if existing is not None and _matches(existing, cfg, image_id):
+                return existing
+            return self.client.containers.create(**cfg.container_kwargs(image_id))
+
+        return self._retry(create)
+
+    def _step(self, phase: str) -> None:
+        self.began = True
+        self.store.save(stamp(self.record, phase))
+
+    def _bring_up(self, container_id: str) -> Verdict:
+        """Start it unless it runs, and watch it; the watch itself survives transport faults."""
+        container = self._get(container_id)
+        if container is None:
+            raise SpecdeployError(f"the engine container {container_id[:12]} vanished during the rollout")
+        return _bring_up(container, self.watch, self.diagnostics)
+
+    # ------------------------------------------------------------------ the rollout
+
+    def deploy(self, cfg: ServingConfig, image_id: str, warm: Callable[[], str]) -> Outcome:
+        current = self._get(CONTAINER)
+        if is_converged(current, cfg, image_id) and is_proven(current, self.record):
+            assert current is not None
+            return Outcome(
+                False,
+                "unchanged",
+                "the engine runs this image and configuration, proven READY: not restarted",
+                image_id=image_id,
+                started_at=current.attrs["State"]["StartedAt"],
+            )
+        last_ready = self.record.last_ready.image_id if self.record.last_ready else None
+        if current is not None and _matches(current, cfg, image_id):
+            # The version asked for is there but was never proven (an interrupted rollout): prove it.
+            interrupted = self.record.phase
+            outcome = self._prove(str(current.id), image_id, last_ready, warm_report="")
+            outcome.notes.insert(0, f"resumed an interrupted rollout (it had stopped in phase '{interrupted}')")
+            return outcome
+        self.record.old = _ref(current) if current is not None else None
+        self.record.new = None
+        self._step("warming")
+        warm_report = warm()  # while the old container still serves
+        self._step("stopping-old")
+        if current is not None:
+            self._stop(str(current.id), 60)
+            self._retire(str(current.id))
+        self._remove(CONTAINER)  # (a leftover of an interrupted run)
+        self._step("starting-new")
+        new = self._create(cfg, image_id)
+        return self._prove(str(new.id), image_id, last_ready, warm_report)
+
+    def _retire(self, container_id: str) -> None:
+        """The old engine becomes `-previous` only if it was proven READY (the one before it waits as
+        `-older` until the new one is proven); else `-failed`, for its logs."""
+        if not self.record.proves(container_id):
+            self._rename(container_id, FAILED)
+            return
+        before = self._get(PREVIOUS)
+        if before is not None:
+            self._rename(str(before.id), OLDER)
+        self._rename(container_id, PREVIOUS)
+
+    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str) -> Outcome:
+        new = self._get(new_id)
+        assert new is not None
+        self.record.new = _ref(new)
+        self._step("watching")
+        verdict = self._bring_up(new_id)
+        if verdict.status == "READY":
+            self._promote(new_id)
+            self._remove(OLDER)  # proven: -previous is the version before this one
+            started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
+            return Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
+                           warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
+        self._step("rolling-back")
+        self._retry(lambda: _save_diagnostics(verdict, self.client.containers.get(new_id)))
+        self._stop(new_id, 10)
+        self._rename(new_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
+        outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
+                          warm=warm_report, verdict=asdict(verdict))  # fmt: skip
+        self._restore(outcome)
+        return outcome
+
+    def _promote(self, container_id: str) -> None:
+        self._step("promoting")
+        self._retry(lambda: self.client.containers.get(container_id).update(restart_policy=RUNNING_POLICY))
+        container = self._get(container_id)
+        assert container is not None
+        self.record.last_ready, self.record.new = _ref(container, proven=True), None
+        self._step("done")
+
+    def _restore(self, outcome: Outcome) -> None:
+        """Bring the last READY version back, wherever it is kept."""
+        ready = self.record.last_ready
+        container = self._get(ready.container_id) if ready else None
+        if ready is None or container is None:
+            outcome.notes.append("no version proven READY to roll back to: nothing serves")
+            self._step("done")
+            return
+        self._rename(ready.container_id, CONTAINER)
+        older = self._get(OLDER)
+        if older is not None:
+            self._rename(str(older.id), PREVIOUS)  # the version before the restored one, as it was
+        back = self._bring_up(ready.container_id)
+        outcome.rollback_verdict = asdict(back)
+        if back.status == "READY":
+            self._promote(ready.container_id)
+            outcome.status = "rolled-back"
+            outcome.notes.append(f"rolled back to the previous engine ({ready.image_id}): {back.first_line()}")
+        else:
+            self._step("done")
+            outcome.notes.append(f"the previous engine did not come back either: {back.first_line()}")
+
+    def rollback(self) -> Outcome:
+        """`make rollback`: swap the running engine with the previous (proven) one; twice swaps back."""
+        previous = self._get(PREVIOUS)
+        if previous is None:
+            raise SpecdeployError(f"there is no {PREVIOUS} container to roll back to", hint="deploy twice first")
+        previous_id = str(previous.id)
+        current = self._get(CONTAINER)
+        current_id = str(current.id) if current is not None else None
+        was_ready = current_id is not None and self.record.proves(current_id)
+        self.record.old = _ref(current) if current is not None else None
+        self.record.new = _ref(previous)
+        self._step("stopping-old")
+        if current_id is not None:
+            self._stop(current_id, 60)
+            self._rename(current_id, f"{CONTAINER}-swapping")
+        self._rename(previous_id, CONTAINER)
+        self._step("watching")
+        verdict = self._bring_up(previous_id)
+        if verdict.status == "READY":
+            self._promote(previous_id)
+            if current_id is not None:  # -previous stays a proven version
+                self._rename(current_id, PREVIOUS if was_ready else FAILED)
+            status, notes = "deployed", []
+        else:  # put both back as they were: the one that served serves again, if it was proven
+            self._stop(previous_id, 10)
+            self._rename(previous_id, PREVIOUS)
+            status, notes = "failed", [f"{PREVIOUS} did not come up: {verdict.first_line()}"]
+            if current_id is not None:
+                self._rename(current_id, CONTAINER)
+                if was_ready:
+                    back = self._bring_up(current_id)
+                    if back.status == "READY":
+                        self._promote(current_id)
+                    notes.append(f"the engine that served before: {back.first_line()}")
+            if self.record.phase != "done":
+                self._step("done")
+        serving = self._get(CONTAINER)
+        assert serving is not None
+        return Outcome(True, status, verdict.first_line(), image_id=serving.attrs["Image"],
+                       previous_image_id=current.attrs["Image"] if current else None, verdict=asdict(verdict),
+                       started_at=serving.attrs["State"]["StartedAt"], notes=notes)  # fmt: skip
+
+
+def _matches(container: Container, cfg: ServingConfig, image_id: str) -> bool:
+    return bool(container.labels.get(CONFIG_LABEL) == cfg.digest() and container.attrs["Image"] == image_id)
+
+
+def status(client: DockerClient) -> dict[str, Any]:
+    """The engine containers on a host: name, state, image, config digest, start time."""
+    rows = {}
+    for name in (CONTAINER, PREVIOUS, OLDER, FAILED):
+        container = _get(client, name)
+        if container is None:
+            continue
+        state = container.attrs["State"]
+        rows[name] = {
+            "state": state["Status"],
+            "exit_code": state.get("ExitCode"),
+            "restarts": container.attrs.get("RestartCount", 0),
+            "image": container.attrs["Image"],
+            "tags": container.image.tags if container.image else [],
+            "config": container.labels.get(CONFIG_LABEL),
+            "started_at": state.get("StartedAt"),
+        }
+    return rows
+
+
+def logs(client: DockerClient, name: str = CONTAINER, tail: int = 200) -> str:
+    container = _get(client, name)
+    if container is None:
+        raise SpecdeployError(f"no container {name} on this host", hint="deploy first: make deploy")
+    return bytes(container.logs(tail=tail)).decode(errors="replace")

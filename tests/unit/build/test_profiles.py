@@ -1,0 +1,120 @@
+"""Rendered engine Dockerfiles: every profile, the example inventory's choice included, is
+hadolint-clean and keeps the layer order that makes a drafter change rebuild one layer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdeploy import pins
+from specdeploy.build import dockerfile, drafter, profiles
+from specdeploy.errors import SpecdeployError
+
+ROOT = Path(__file__).parents[3]
+HADOLINT = Path(sys.executable).parent / "hadolint"
+# Stand-ins of the right shape: the real base digest is read by the operator from the registry.
+STAND_IN = "sha256:" + hashlib.sha256(b"stand-in").hexdigest()
+
+
+def render(name: str, **overrides) -> str:
+    prof = profiles.profile(name)
+    kwargs = {"patch_digest": STAND_IN, "drafter_digest": STAND_IN, "base_digest": STAND_IN}
+    kwargs.update(overrides)
+    if not prof.needs_base_digest:
+        kwargs["base_digest"] = None
+    return dockerfile.render(prof, **kwargs)
+
+
+def hadolint(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    return subprocess.run([str(HADOLINT), "--no-color", str(path)], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("name", sorted(profiles.PROFILES))
+@pytest.mark.parametrize("sgl_kernel_build", ["auto", "always", "never"])
+def test_every_profile_renders_hadolint_clean(name, sgl_kernel_build, tmp_path):
+    result = hadolint(render(name, sgl_kernel_build=sgl_kernel_build), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_example_inventory_renders_hadolint_clean(tmp_path):
+    example = yaml.safe_load((ROOT / "inventories/example-8gpu/group_vars/all.yml").read_text())
+    profile = example["engine_image_profile"].replace("{{ specdeploy_engine }}", example["specdeploy_engine"])
+    text = render(profile, sgl_kernel_build=example["sgl_kernel_build"])
+    assert f"vllm/vllm-openai:v{pins.VLLM_CUDA}@{STAND_IN}" in text
+    assert hadolint(text, tmp_path).returncode == 0
+
+
+def test_layer_order_puts_the_drafter_last():
+    text = render("vllm-cpu")
+    final = text[text.rindex("\nFROM ") :]
+    order = ["apt-get install", "COPY --from=engine", "specdeploy.patches apply", "specdeploy.patches verify",
+             "specdeploy.patches triton", "py-spy", "COPY drafter/"]  # fmt: skip
+    positions = [final.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "LABEL" in final[final.index("COPY drafter/") :]
+
+
+def test_gpu_profiles_refuse_an_unpinned_base():
+    with pytest.raises(SpecdeployError, match="needs engine_image_base_digest"):
+        dockerfile.render(profiles.profile("vllm-cuda"), patch_digest=STAND_IN, drafter_digest=STAND_IN)
+    with pytest.raises(SpecdeployError, match="unknown engine image profile"):
+        profiles.profile("vllm-rocm")
+
+
+def test_labels_carry_the_digests():
+    text = render("sglang-cuda", patch_digest="sha256:" + "1" * 64, drafter_digest="sha256:" + "2" * 64)
+    assert 'io.specdeploy.patch-digest="sha256:' + "1" * 64 in text
+    assert 'io.specdeploy.drafter-digest="sha256:' + "2" * 64 in text
+
+
+MLA = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 256, "vocab_size": 2048,
+       "target_hidden_size": 256}  # fmt: skip
+TARGET = '{"model_type": "deepseek_v3", "hidden_size": 256, "vocab_size": 2048}'
+
+
+def test_drafter_shapes_are_recognised():
+    assert drafter.drafter_kind(MLA) == "mla-eagle3"
+    assert drafter.drafter_kind({"architectures": ["LlamaForCausalLMEagle3"]}) == "llama-eagle3"
+    assert drafter.drafter_kind({"speculators_model_type": "eagle3"}) == "speculators"
+    assert drafter.drafter_kind({"architectures": ["LlamaForCausalLM"]}) is None
+
+
+def test_drafter_problems_name_each_mismatch():
+    files = {"config.json": "a" * 64, "model.safetensors": "b" * 64}
+    manifest = f"{'a' * 64}  config.json\n{'c' * 64}  model.safetensors\n"
+    kimi_target = json.dumps({"text_config": {"hidden_size": 7168, "vocab_size": 163840}})
+    found = drafter.problems(json.dumps(MLA), manifest, files, kimi_target)
+    assert any("hidden size 256" in p and "7168" in p for p in found)
+    assert any("vocabulary 2048" in p and "163840" in p for p in found)
+    assert any("model.safetensors: sha256" in p for p in found)
+    assert drafter.problems(json.dumps(MLA), None, files, TARGET) == [
+        "no SHA256SUMS manifest in the drafter folder (make one: sha256sum * > SHA256SUMS)"
+    ]
+    good = f"{'a' * 64}  config.json\n{'b' * 64}  model.safetensors\n"
+    assert drafter.problems(json.dumps(MLA), good, files, TARGET) == []
+    assert drafter.digest(files) == drafter.digest({**files, "SHA256SUMS": "f" * 64})
+
+
+def test_drafter_checked_against_the_engine_version_and_the_target_layers():
+    files = {"config.json": "a" * 64}
+    manifest = f"{'a' * 64}  config.json\n"
+    target = json.dumps({"hidden_size": 256, "vocab_size": 2048, "num_hidden_layers": 4})
+    assert drafter.problems(json.dumps(MLA), manifest, files, target, ("vllm", "0.32.0")) == []
+    (old,) = drafter.problems(json.dumps(MLA), manifest, files, target, ("vllm", "0.17.1"))
+    assert "loads only on vLLM >= 0.18" in old and "0.17.1" in old and "Llama-style" in old
+    llama = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 256, "vocab_size": 2048}
+    assert drafter.problems(json.dumps(llama), manifest, files, target, ("vllm", "0.17.1")) == []
+    for ids in ([0, 2, 3], [1, 1, 2], [1, 2, 4]):
+        (bad,) = drafter.problems(json.dumps({**MLA, "eagle_aux_hidden_state_layer_ids": ids}), manifest, files,
+                                  target, ("vllm", "0.32.0"))  # fmt: skip
+        assert f"eagle_aux_hidden_state_layer_ids {ids}" in bad and "1 … 3" in bad
+    nested = {**MLA, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0]}}
+    assert any("layer 0 has no residual" in p for p in drafter.problems(json.dumps(nested), manifest, files, target))

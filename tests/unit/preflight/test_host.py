@@ -1,0 +1,54 @@
+"""specdeploy.hostchecks: disk and serving-port refusals from what `df` and `ss` print."""
+
+from __future__ import annotations
+
+from specdeploy.preflight.host import GIB, host_problems, parse_free, parse_ss
+
+# The shape `ss -ltnpH` prints (as root, with processes).
+SS = """LISTEN 0      4096       127.0.0.1:8000       0.0.0.0:* users:(("docker-proxy",pid=4242,fd=4))
+LISTEN 0      5          127.0.0.1:8123       0.0.0.0:* users:(("python3",pid=777,fd=3))
+LISTEN 0      128           [::]:22            [::]:*    users:(("sshd",pid=90,fd=4))
+"""
+OPTIONS = {"profile": "vllm-cuda", "model_path": "/srv/models/target", "port": 8000, "build_free_gb": "",
+           "model_free_gb": 1}  # fmt: skip
+
+
+def reads(**overrides):
+    base = {"docker_root": "/var/lib/docker", "free": f"/var/lib/docker {100 * GIB}\n/srv/models/target {50 * GIB}",
+            "image_present": False, "own_engine_publishes": True, "listeners": SS}  # fmt: skip
+    return {**base, **overrides}
+
+
+def test_parsers():
+    listeners = parse_ss(SS)
+    assert [(x.address, x.port, x.processes) for x in listeners][1] == ("127.0.0.1", 8123, (("python3", 777),))
+    assert listeners[2].address == "::"
+    assert parse_free("/var/lib/docker 123\n/srv x\n") == {"/var/lib/docker": 123}
+
+
+def test_a_healthy_host_passes_and_our_own_engine_is_not_foreign():
+    assert host_problems("gpu-1", reads(), OPTIONS) == []
+
+
+def test_a_foreign_listener_is_named_with_its_pid_and_process():
+    (problem,) = host_problems("gpu-1", reads(), {**OPTIONS, "port": 8123})
+    assert "serving port 8123" in problem and "PID 777 (python3)" in problem and "serving_port" in problem
+
+
+def test_docker_proxy_is_foreign_when_our_engine_does_not_publish_the_port():
+    (problem,) = host_problems("gpu-1", reads(own_engine_publishes=False), OPTIONS)
+    assert "PID 4242 (docker-proxy)" in problem
+
+
+def test_too_little_space_for_the_build_names_the_path_and_the_variable():
+    (problem,) = host_problems("gpu-1", reads(free=f"/var/lib/docker {20 * GIB}\n/srv/models/target {50 * GIB}"),
+                               OPTIONS)  # fmt: skip
+    assert "20.0 GiB free under /var/lib/docker" in problem and "30 GiB needed" in problem
+    assert "preflight_build_free_gb" in problem
+    # An image of the profile is there: a rebuild needs only a margin.
+    assert host_problems("gpu-1", reads(free=f"/var/lib/docker {20 * GIB}", image_present=True), OPTIONS) == []
+
+
+def test_the_model_filesystem_and_an_explicit_threshold():
+    problems = host_problems("gpu-1", reads(), {**OPTIONS, "build_free_gb": "1000", "model_free_gb": 60})
+    assert len(problems) == 2 and "/srv/models/target" in problems[1] and "60 GiB needed" in problems[1]

@@ -1,0 +1,222 @@
+"""The rollout's state machine (specdeploy.serve.rollout) on a fake Docker engine: every phase
+interrupted and resumed, transport faults retried, and `-previous` only ever a proven version."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from specdeploy.errors import SpecdeployError
+from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.record import PHASES
+from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
+
+from ..fakes import FakeDocker, FakeWatch, Interrupted, MemoryStore
+
+RESUMABLE = [p for p in PHASES if p != "done"]
+
+
+def config(tag: str) -> ServingConfig:
+    return ServingConfig(engine="vllm", image=tag, model_path="/srv/models/target", served_model_name=tag)
+
+
+class Host:
+    """One host: its engine, its record, and what the watchdog will say of each image."""
+
+    def __init__(self, tmp_path, outcomes: dict[str, str] | None = None) -> None:
+        self.docker, self.store = FakeDocker(), MemoryStore()
+        self.watch = FakeWatch(self.docker, outcomes or {})
+        self.diagnostics = tmp_path
+
+    def rollout(self) -> Rollout:
+        return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5)  # type: ignore[arg-type,return-value]
+
+    def deploy(self, tag: str):
+        return self.rollout().deploy(config(tag), f"sha256:{tag}", lambda: "warmed")
+
+    def serving(self) -> tuple[str, str, str] | None:
+        c = self.docker.named(CONTAINER)
+        return (c.image_id, c.status, c.policy) if c else None
+
+    def record(self):
+        return self.store.load()
+
+    def watch_raises(self, exc: BaseException) -> None:
+        def watch(name: str):
+            raise exc
+
+        self.watch = watch  # type: ignore[assignment]
+
+
+def proven(host: Host, tag: str) -> None:
+    """`tag` serves, is recorded as the last READY version, and has its restart policy."""
+    assert host.serving() == (f"sha256:{tag}", "running", "unless-stopped")
+    engine = host.docker.named(CONTAINER)
+    assert engine is not None and host.record().proves(engine.id) and host.record().phase == "done"
+
+
+def test_first_deploy_is_proven_then_a_rerun_changes_nothing(tmp_path):
+    host = Host(tmp_path)
+    first = host.deploy("v1")
+    assert (first.status, first.changed) == ("deployed", True)
+    proven(host, "v1")
+    again = host.deploy("v1")
+    assert (again.status, again.changed) == ("unchanged", False)
+    assert host.docker.named(CONTAINER).starts == 1
+
+
+def test_a_new_version_keeps_the_proven_one_as_previous(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.deploy("v2")
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+
+
+def test_a_failed_version_is_kept_as_failed_and_the_last_ready_one_comes_back(tmp_path):
+    host = Host(tmp_path, {"sha256:bad": "FAILED"})
+    host.deploy("v1")
+    outcome = host.deploy("bad")
+    assert outcome.status == "rolled-back", outcome
+    proven(host, "v1")
+    assert host.docker.named(FAILED).image_id == "sha256:bad" and host.docker.named(FAILED).status == "exited"
+
+
+def test_previous_is_never_a_version_that_was_not_ready(tmp_path):
+    host = Host(tmp_path, {"sha256:bad1": "FAILED", "sha256:bad2": "FAILED"})
+    host.deploy("v1")
+    host.deploy("bad1")
+    host.deploy("bad2")
+    proven(host, "v1")
+    previous = host.docker.named(PREVIOUS)
+    assert previous is None or previous.image_id == "sha256:v1"
+    assert host.docker.named(FAILED).image_id == "sha256:bad2"
+
+
+def test_two_failed_versions_then_rollback_brings_back_the_ready_one_before(tmp_path):
+    host = Host(tmp_path, {"sha256:bad1": "FAILED", "sha256:bad2": "FAILED"})
+    host.deploy("v1")
+    host.deploy("v2")
+    host.deploy("bad1")
+    host.deploy("bad2")
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+    assert host.rollout().rollback().status == "deployed"
+    proven(host, "v1")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v2"
+
+
+def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
+    """The SSH drop of issue 12: the new engine ran on, unwatched, restart policy `no`."""
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.watch_raises(Interrupted("the play died with a raw transport error while watching"))
+    with pytest.raises(Interrupted):
+        host.deploy("v2")
+    host.watch = FakeWatch(host.docker, {})
+    assert host.serving() == ("sha256:v2", "running", "no")
+    rerun = host.deploy("v2")
+    assert rerun.status == "deployed" and rerun.changed and "resumed an interrupted rollout" in rerun.notes[0]
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+
+
+@pytest.mark.parametrize("phase", RESUMABLE)
+def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.store.interrupt_at = phase
+    if phase == "rolling-back":
+        host.watch.outcomes["sha256:v2"] = "FAILED"
+    with pytest.raises(Interrupted):
+        host.deploy("v2")
+    host.watch.outcomes.pop("sha256:v2", None)
+    rerun = host.deploy("v2")
+    assert rerun.changed and rerun.status == "deployed", (phase, rerun)  # never "unchanged" before a proof
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+
+
+@pytest.mark.parametrize("phase", RESUMABLE)
+def test_every_phase_interrupted_with_a_bad_version_restores_the_last_ready(tmp_path, phase):
+    host = Host(tmp_path, {"sha256:bad": "FAILED"})
+    host.deploy("v1")
+    host.store.interrupt_at = phase
+    with pytest.raises(Interrupted):
+        host.deploy("bad")
+    rerun = host.deploy("bad")
+    assert rerun.status == "rolled-back", (phase, rerun)
+    proven(host, "v1")
+
+
+def test_dockerd_killed_during_the_watch_restores_the_last_ready(tmp_path):
+    """Without live-restore every container stops: the new one is judged dead, v1 is started again."""
+    host = Host(tmp_path)
+    host.deploy("v1")
+
+    crashed = []
+
+    def watch_then_crash(name: str):
+        if not crashed:
+            crashed.append(host.docker.crash_all())
+        return FakeWatch(host.docker, {})(name)
+
+    host.watch = watch_then_crash  # type: ignore[assignment]
+    outcome = host.deploy("v2")
+    assert outcome.status == "rolled-back", outcome
+    proven(host, "v1")
+    host.watch = FakeWatch(host.docker, {})
+    rerun = host.deploy("v2")
+    assert rerun.status == "deployed"
+    proven(host, "v2")
+
+
+def test_transport_errors_are_retried_and_each_step_is_idempotent(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    drop = requests.exceptions.ConnectionError("('Connection aborted.', OSError('Socket is closed'))")
+    host.docker.fail = {"rename": [drop], "update": [drop], "create": [drop], "get": [drop, drop]}
+    outcome = host.deploy("v2")
+    assert outcome.status == "deployed"
+    proven(host, "v2")
+    assert not any(host.docker.fail.values())
+
+
+def test_a_lost_watch_stops_the_rollout_where_it_is(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.watch_raises(SpecdeployError("lost contact with the engine's host: no contact for 130s"))
+    rollout = host.rollout()
+    with pytest.raises(SpecdeployError):
+        rollout.deploy(config("v2"), "sha256:v2", lambda: "")
+    assert rollout.began and host.record().phase == "watching"
+    host.watch = FakeWatch(host.docker, {})
+    assert host.deploy("v2").status == "deployed"
+    proven(host, "v2")
+
+
+def test_rollback_brings_back_the_previous_and_keeps_the_swapped_one(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.deploy("v2")
+    outcome = host.rollout().rollback()
+    assert outcome.status == "deployed"
+    proven(host, "v1")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v2"
+
+
+def test_a_rollback_that_does_not_come_up_puts_both_back(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    host.deploy("v2")
+    host.watch.outcomes["sha256:v1"] = "FAILED"  # the previous version no longer starts
+    outcome = host.rollout().rollback()
+    assert outcome.status == "failed" and "did not come up" in outcome.notes[0]
+    proven(host, "v2")
+    assert host.docker.named(PREVIOUS).image_id == "sha256:v1"
+
+
+def test_record_history_names_each_phase(tmp_path):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    assert host.store.phases == ["warming", "stopping-old", "starting-new", "watching", "promoting", "done"]

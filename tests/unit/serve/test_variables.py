@@ -1,0 +1,74 @@
+"""Bad serving inventory values (specdeploy.serve.variables): each refused, naming its variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdeploy.serve.variables import RULES, problems
+
+DEFAULTS = yaml.safe_load((Path(__file__).parents[3] / "roles/serving/defaults/main.yml").read_text())
+
+BAD = [
+    # types
+    ("serving_port", "http"),
+    ("serving_tensor_parallel_size", "two"),
+    ("serving_max_model_len", 4096.5),
+    ("serving_warm_page_cache", "sometimes"),
+    ("serving_env", ["VLLM_LOGGING_LEVEL=DEBUG"]),
+    ("serving_volumes", "/srv/hook:/hook"),
+    # ranges
+    ("serving_port", 70000),
+    ("serving_port", 0),
+    ("serving_tensor_parallel_size", 0),
+    ("serving_pipeline_parallel_size", -1),
+    ("serving_max_model_len", -8192),
+    ("serving_num_speculative_tokens", 40),
+    ("serving_stall_timeout", -5),
+    ("serving_timeout", 0),
+    ("serving_reconnect_grace", -1),
+    ("serving_stack_bytes", 0),
+    # formats
+    ("serving_model_path", "models/kimi"),
+    ("serving_model_path", "/srv/../etc"),
+    ("serving_state_dir", "var/lib/specdeploy"),
+    ("serving_shm_size", "sixteen gigs"),
+    ("serving_bind_address", "localhost:8000"),
+    ("serving_extra_args", "--enforce-eager --max-num-seqs 8"),
+    ("serving_served_model_name", "kimi k2.5"),
+    ("serving_engine", "tgi"),
+    ("serving_gpus", "all"),
+    ("serving_ipc_mode", "none"),
+    ("serving_speculative_method", "eagle"),
+    ("serving_volumes", {"srv/hook": "/hook"}),
+    # secrets
+    ("serving_env", {"VLLM_API_KEY": "sk-plain-text"}),
+    ("serving_env", {"HF_TOKEN": "hf_plain"}),
+    ("serving_extra_args", ["--api-key", "sk-plain-text"]),
+]
+
+
+def test_the_defaults_pass():
+    values = {k: v for k, v in DEFAULTS.items() if k in RULES and "{{" not in str(v)}
+    assert len(values) >= 15
+    assert problems(values) == []
+
+
+@pytest.mark.parametrize(("variable", "value"), BAD, ids=[f"{v}={x!r}"[:60] for v, x in BAD])
+def test_a_bad_value_is_refused_naming_its_variable(variable, value):
+    (problem,) = problems({variable: value})
+    assert problem.startswith(f"{variable}="), problem
+    assert ": must be " in problem
+
+
+def test_secrets_are_never_echoed():
+    (problem,) = problems({"serving_env": {"VLLM_API_KEY": "sk-plain-text"}})
+    assert "sk-plain-text" not in problem and "VLLM_API_KEY" in problem and "ansible-vault" in problem
+    (problem,) = problems({"serving_extra_args": ["--api-key", "sk-plain-text"]})
+    assert "sk-plain-text" not in problem and "serving_api_key" in problem
+
+
+def test_enough_cases():
+    assert len(BAD) >= 20 and len({v for v, _ in BAD}) >= 15
