@@ -8,102 +8,96 @@ it appears in no task result or log line.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-
-from specdeploy.connection import CommandHost, docker_client_for
+from specdeploy.actions import SpecdeployAction
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
 from specdeploy.serve.rollout import Rollout
-from specdeploy.targets import CONNECTION_VARS, from_hostvars
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
 from specdeploy.watch.watchdog import Verdict, WatchOptions
 
-display = Display()
 
+class ActionModule(SpecdeployAction):
+    ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {
+        "action": {"type": "str", "choices": ["deploy", "rollback"], "default": "deploy"},
+        "image": {"type": "str"},
+        "config": {"type": "dict", "default": {}},
+        "stall_timeout": {"type": "float", "default": 300.0},
+        "timeout": {"type": "float", "default": 3600.0},
+        "warm_page_cache": {"type": "bool", "default": True},
+        "state_dir": {"type": "str", "default": DEFAULT_STATE_DIR},
+        "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
+    }
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(
-        ("action", "image", "config", "stall_timeout", "timeout", "warm_page_cache", "state_dir", "reconnect_grace")
-    )
-
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self._task.args
-        hostvars = {k: self._templar.template(task_vars[k]) for k in CONNECTION_VARS if k in task_vars}
-        api_key = self._templar.template(task_vars.get("serving_api_key", "")) or None
-        cfg = ServingConfig.from_vars({**dict(args.get("config") or {}), "api_key": api_key})
+    def act(self, args: dict[str, Any]) -> dict[str, Any]:
+        cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
         problems = cfg.problems()
         if problems:
-            return {**result, "failed": True, "msg": "; ".join(problems)}
-        target, ssh = from_hostvars(hostvars)
-        grace = float(args.get("reconnect_grace", RECONNECT_GRACE_S))
-        host_name = str(hostvars.get("inventory_hostname"))
-        diagnostics = diagnostics_root(state_dir(), host_name)
+            return {"failed": True, "msg": "; ".join(problems)}
+        conn, grace = self.connection, args["reconnect_grace"]
+        diagnostics = diagnostics_root(state_dir(), self.host_name)
 
         def watch(container: str) -> Verdict:
-            display.display(f"  {target.host}: watching {container} (stall timeout {args.get('stall_timeout', 300)} s)")
+            self.say(f"watching {container} (stall timeout {args['stall_timeout']:.0f} s)")
             options = WatchOptions(
                 url=None,
                 model=cfg.served_model_name,
                 speculative=cfg.speculative_method == "eagle3",
-                stall_timeout_s=float(args.get("stall_timeout", 300)),
-                timeout_s=float(args.get("timeout", 3600)),
+                stall_timeout_s=args["stall_timeout"],
+                timeout_s=args["timeout"],
                 api_key=cfg.api_key,
                 diagnostics=diagnostics,
                 progress=False,
                 # Stage, elapsed, ETA and GPU memory while a long load runs: never a silent wait.
-                on_progress=lambda line: display.display(f"  {target.host}: {container}: {line}"),
+                on_progress=lambda line: self.say(f"{container}: {line}"),
             )
-            verdict = watch_container_on_host(hostvars, container, cfg.port, options, grace)
+            verdict = watch_container_on_host(conn, container, cfg.port, options, grace)
             for note in verdict.notes:
-                display.display(f"  {target.host}: {container}: {note}")
-            display.display(f"  {target.host}: {container}: {verdict.first_line()}")
+                self.say(f"{container}: {note}")
+            self.say(f"{container}: {verdict.first_line()}")
             if verdict.status == "LOST":  # not a verdict on the engine: the rollout stops where it is
                 raise SpecdeployError(verdict.headline)
             return verdict
 
         def warm() -> str:
-            if not args.get("warm_page_cache", True):
+            if not args["warm_page_cache"]:
                 return "page cache not warmed (serving_warm_page_cache: false)"
-            report = rollouts.warm_page_cache(CommandHost(target, ssh), cfg.model_path)
-            display.display(f"  {target.host}: {report}")
+            report = rollouts.warm_page_cache(conn.commands, cfg.model_path)
+            self.say(report)
             return report
 
         grace_note = f"contact lost for more than {grace:.0f} s (serving_reconnect_grace)"
         rollout: Rollout | None = None
         try:
-            store = HostRecordStore(CommandHost(target, ssh), str(args.get("state_dir", DEFAULT_STATE_DIR)))
-            rollout = Rollout(lambda: docker_client_for(target, ssh), store, watch, diagnostics, grace)
-            if args.get("action", "deploy") == "rollback":
+            store = HostRecordStore(conn.commands, args["state_dir"])
+            rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace)
+            if args["action"] == "rollback":
                 outcome = rollout.rollback()
             else:
-                image = str(args["image"])
+                if not args["image"]:
+                    raise SpecdeployError("specdeploy_serve: action=deploy needs image")
                 try:
-                    image_id = str(rollout.client.images.get(image).id)
+                    image_id = str(rollout.client.images.get(args["image"]).id)
                 except Exception as exc:
                     if is_transport_error(exc):
                         raise
-                    raise SpecdeployError(f"image {image} is not on {target}: run the build phase first") from exc
+                    raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
                 outcome = rollout.deploy(cfg, image_id, warm)
         except SpecdeployError as exc:
-            return {**result, "failed": True, "changed": bool(rollout and rollout.began), "msg": str(exc)}
+            return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(exc)}
         except Exception as exc:
             if not is_transport_error(exc):
                 raise
             state = rollout.record.describe() if rollout is not None else "no rollout began"
-            error = lost_contact(str(target), "rolling the engine out", exc, state,
-                                 hint=f"{grace_note}; when {target.host} answers again: make status "
+            error = lost_contact(str(conn), "rolling the engine out", exc, state,
+                                 hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
-            return {**result, "failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
+            return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
         failed = outcome.status not in ("deployed", "unchanged")
         message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
-        return {**result, **asdict(outcome), "changed": outcome.changed, "failed": failed, "msg": message}
+        return {**asdict(outcome), "changed": outcome.changed, "failed": failed, "msg": message}

@@ -104,6 +104,11 @@ class HostConnection:
         """One Docker SDK client (paramiko) for container state, logs and exec."""
         return docker_client_for(self.target, self.ssh)
 
+    def reconnect_docker(self) -> DockerClient:
+        """A new SDK client in place of the cached one (after its SSH session died)."""
+        self.__dict__["docker"] = docker_client_for(self.target, self.ssh)
+        return self.docker
+
     def forward(self, remote_port: int) -> Forward:
         """A restartable local forward to REMOTE_PORT on the host's loopback."""
         return Forward(self.target, self.ssh, remote_port)

@@ -21,7 +21,8 @@ from docker.models.containers import Container
 from rich.console import Console
 
 from specdeploy import docker_engine, inventory
-from specdeploy.build.base_image import BASE_IMAGE, ensure_base_image, step
+from specdeploy.build.base_image import ensure_base_image, step
+from specdeploy.build.profiles import BASE_IMAGE
 from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import project_root, state_dir

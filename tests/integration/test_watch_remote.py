@@ -1,20 +1,25 @@
-"""The watchdog against a container on a test host: Docker SDK over SSH (host keys verified),
-through the `specdeploy_watch` Ansible action, and the SSH port forward used for readiness."""
+"""The watchdog against a container on a test host: Docker SDK over SSH (host keys verified), through
+the same HostConnection the serving action builds from the inventory, and the SSH port forward used
+for readiness."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
+from dataclasses import asdict
 
 import pytest
 from docker.errors import NotFound
 
 from specdeploy.build.ship import ship_image
-from specdeploy.connection import CommandHost, docker_client
+from specdeploy.connection import CommandHost, HostConnection, docker_client
 from specdeploy.errors import SpecdeployError
-from specdeploy.playbook import run_playbook
+from specdeploy.serve.hosts import inventory_hostvars
 from specdeploy.targets import Target, forward_port
+from specdeploy.watch.remote import watch_container_on_host
+from specdeploy.watch.watchdog import Verdict, WatchOptions
 from specdeploy_testbed import testbed
 
 pytestmark = pytest.mark.integration
@@ -48,34 +53,38 @@ def start(remote, name: str, script: str):
     return remote.containers.run(testbed.BASE_IMAGE, ["sh", "-c", script], name=name, detach=True)
 
 
-def test_action_names_the_root_cause_of_a_crashed_container(remote):
+def watch_on_testbed(name: str, tmp_path) -> Verdict:
+    """The watch as the serving action runs it: a HostConnection from the inventory's own hostvars."""
+    hostvars = inventory_hostvars(testbed.paths().inventory)["testbed-1"]
+    options = WatchOptions(url=None, stall_timeout_s=30, timeout_s=120, diagnostics=tmp_path, progress=False)
+    return watch_container_on_host(HostConnection.from_hostvars(hostvars), name, None, options)
+
+
+def test_watch_names_the_root_cause_of_a_crashed_container(remote, tmp_path):
     container = start(remote, "watch-crash", CRASH)
     try:
-        run = run_playbook(testbed.paths().inventory, "-e", "watch_container=watch-crash",
-                           playbook="tests/integration/playbooks/watch_container.yml")  # fmt: skip
+        verdict = watch_on_testbed("watch-crash", tmp_path)
     finally:
         container.remove(force=True)
-    assert run.returncode != 0
-    assert run.recap["testbed-1"]["failed"] == 1
-    assert "FAILED" in run.output
-    assert "ValueError: tensor_parallel_size 8 > 1 GPUs at /opt/venv/vllm/config/parallel.py:42" in run.output
-    assert "[EngineCore_DP0]" in run.output and "exit 3" in run.output
+    text = json.dumps(asdict(verdict))  # what the serving action reports
+    assert verdict.status == "FAILED"
+    assert "ValueError: tensor_parallel_size 8 > 1 GPUs at /opt/venv/vllm/config/parallel.py:42" in text
+    assert "[EngineCore_DP0]" in text and "exit 3" in text
 
 
-def test_action_reports_a_sigkill_without_traceback_as_killed(remote):
+def test_watch_reports_a_sigkill_without_traceback_as_killed(remote, tmp_path):
     # SIGKILL from outside, as the OOM killer does (PID 1 cannot SIGKILL itself).
     container = start(remote, "watch-killed", "echo loading weights; sleep 60")
     killer = threading.Timer(4.0, container.kill)
     killer.start()
     try:
-        run = run_playbook(testbed.paths().inventory, "-e", "watch_container=watch-killed",
-                           playbook="tests/integration/playbooks/watch_container.yml")  # fmt: skip
+        verdict = watch_on_testbed("watch-killed", tmp_path)
     finally:
         killer.cancel()
         container.remove(force=True)
-    assert run.recap["testbed-1"]["failed"] == 1
-    assert "killed by SIGKILL with no traceback (likely the OOM killer)" in run.output
-    assert "exit_code: 137" in run.output
+    assert verdict.status == "FAILED"
+    assert "killed by SIGKILL with no traceback (likely the OOM killer)" in json.dumps(asdict(verdict))
+    assert verdict.exit_code == 137
 
 
 def test_unknown_host_key_is_refused_by_the_docker_ssh_transport(testbed_up, tmp_path):

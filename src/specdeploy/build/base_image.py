@@ -15,11 +15,11 @@ from docker.client import DockerClient
 from docker.errors import NotFound
 from rich.console import Console
 
+from specdeploy.build.profiles import BASE_IMAGE
 from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 
-BASE_IMAGE = "specdeploy/debian-base:bookworm"
 DEBIAN_MIRROR = os.environ.get("SPECDEPLOY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 console = Console(stderr=True, highlight=False)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specdeploy import docker_engine
 from specdeploy.build import buildlog
+from specdeploy.build.base_image import ensure_base_image
 from specdeploy.build.ship import ship_image
 from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
@@ -101,7 +102,7 @@ def build_for(
         shipped = ship_image(req.tag, CommandHost(), CommandHost(target, ssh))
         return BuildResult(req.tag, result.image_id, result.built, shipped, result.build_log, result.seconds)
     if ship_base_image:
-        docker_engine.ensure_engine(state_dir())
+        ensure_base_image(docker_engine.ensure_engine(state_dir()))
         if ship_image(ship_base_image, CommandHost(), CommandHost(target, ssh)):
             on_step(f"shipped the base image {ship_base_image} to {target}")
     return build(CommandHost(target, ssh), req, log_path, on_step)

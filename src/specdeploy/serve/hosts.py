@@ -7,11 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from specdeploy.connection import docker_client_for
+from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.playbook import ansible_env
 from specdeploy.serve import rollout
-from specdeploy.targets import from_hostvars
 
 
 def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
@@ -27,14 +26,12 @@ def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
 def status(inventory: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for name, hostvars in inventory_hostvars(inventory).items():
-        target, ssh = from_hostvars(hostvars)
-        out[name] = rollout.status(docker_client_for(target, ssh))
+        out[name] = rollout.status(HostConnection.from_hostvars(hostvars).docker)
     return out
 
 
 def logs(inventory: Path, tail: int, container: str) -> dict[str, str]:
     out = {}
     for name, hostvars in inventory_hostvars(inventory).items():
-        target, ssh = from_hostvars(hostvars)
-        out[name] = rollout.logs(docker_client_for(target, ssh), container, tail)
+        out[name] = rollout.logs(HostConnection.from_hostvars(hostvars).docker, container, tail)
     return out

@@ -9,17 +9,17 @@ and carries on where the log left off. Only an outage longer than the grace is a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from docker.client import DockerClient
 from docker.errors import NotFound
 
-from specdeploy.connection import docker_client_for
+from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
-from specdeploy.targets import Forward, from_hostvars
+from specdeploy.targets import Forward
 from specdeploy.transport import BACKOFF_S, RECONNECT_GRACE_S, describe, is_transport_error
 from specdeploy.watch.sources import ContainerSource, Liveness
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
@@ -118,18 +118,18 @@ class ReconnectingContainerSource:
 
 
 def watch_container_on_host(
-    hostvars: Mapping[str, Any], container: str, api_port: int | None, options: WatchOptions,
+    conn: HostConnection, container: str, api_port: int | None, options: WatchOptions,
     grace_s: float = RECONNECT_GRACE_S,
 ) -> Verdict:  # fmt: skip
-    target, ssh = from_hostvars(hostvars)
+    """Watch CONTAINER on the host; readiness through a forward to API_PORT when one is given."""
     with ExitStack() as stack:
         forward = None
         if api_port is not None:
-            forward = Forward(target, ssh, api_port)
+            forward = conn.forward(api_port)
             forward.start()
             stack.callback(forward.stop)
-            options.url = f"http://127.0.0.1:{forward.local}"
-        source = ReconnectingContainerSource(lambda: docker_client_for(target, ssh), container, forward, grace_s)
+            options = replace(options, url=f"http://127.0.0.1:{forward.local}")
+        source = ReconnectingContainerSource(conn.reconnect_docker, container, forward, grace_s)
         verdict = Watch(source, options).run()
         if source.outages:
             verdict.notes.append(f"survived {len(source.outages)} loss(es) of contact: {source.outages} s")
