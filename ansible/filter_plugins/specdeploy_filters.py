@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdeploy import pins
 from specdeploy.build import drafter, profiles
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
@@ -90,9 +91,15 @@ def planned_driver_problems(compute_capabilities: list[str], plan: dict[str, Any
     )
 
 
+def pin(variable: str) -> Any:
+    """A provision role variable's pinned default, from specdeploy/pins.yaml."""
+    return pins.host_pin(variable)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "specdeploy_pin": pin,
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_drafter_check": drafter_check,
             "specdeploy_serving_problems": serving_problems,

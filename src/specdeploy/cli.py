@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from specdeploy import __version__, inventory
+from specdeploy import __version__, inventory, verify
 from specdeploy.build import dockerfile, profiles
+from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.patches import commands as patch_commands
-from specdeploy.paths import project_root, state_dir
-from specdeploy.playbook import ansible_env, run_playbook
+from specdeploy.paths import state_dir
+from specdeploy.playbook import run_playbook
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
 from specdeploy.targets import SshSettings, Target, probe
@@ -111,19 +111,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    inv = target_inventory(args, bring_up_testbed=False)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(project_root() / "tests" / "verify"),
-        "-p",
-        "no:cacheprovider",
-        "--hosts=ansible://all",
-        f"--ansible-inventory={inv}",
-        "-v",
-    ]
-    return subprocess.run(cmd, cwd=project_root(), env=ansible_env(), check=False).returncode
+    hosts = serving_hosts.inventory_hostvars(target_inventory(args, bring_up_testbed=False))
+    checked = [verify.HostUnderCheck(name, HostConnection.from_hostvars(hv), hv) for name, hv in hosts.items()]
+    return verify.run(checked).returncode
 
 
 def cmd_status(args: argparse.Namespace) -> int:

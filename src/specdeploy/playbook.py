@@ -39,8 +39,10 @@ def parse_recap(output: str) -> dict[str, dict[str, int]]:
 
 
 def ansible_env() -> dict[str, str]:
-    root = project_root()
-    env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")}
+    config = project_root() / "ansible.cfg"
+    # An installed specdeploy outside a checkout has no ansible.cfg: the inventory carries the SSH
+    # settings (known_hosts, key) itself.
+    env = {**os.environ, **({"ANSIBLE_CONFIG": str(config)} if config.is_file() else {})}
     # The venv's bin dir first, so plugins import this very specdeploy.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env

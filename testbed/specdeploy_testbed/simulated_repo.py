@@ -34,18 +34,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdeploy import pins
 from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 from specdeploy.gpu.facts import KernelModule
 from specdeploy.paths import state_dir
 from specdeploy_testbed.simulated_gpu import render_all, replayer_script
 
-# The pins the roles' defaults use (the real releases of these names); the simulation ships them.
-DRIVER_VERSION = "580.95.05"
+# The pins the roles' defaults use (specdeploy/pins.yaml, real releases); the simulation ships them.
+DRIVER_VERSION: str = pins.host_pin("nvidia_driver_version")
 OLD_DRIVER_VERSION = "550.163.01"  # R550: predates Blackwell support
-CUDA_VERSION = "12.9"
-CUDA_PACKAGE_VERSION = "12.9.1-1"
-TOOLKIT_VERSION = "1.18.0-1"
+CUDA_VERSION: str = pins.host_pin("cuda_toolkit_version")
+CUDA_PACKAGE_VERSION: str = pins.host_pin("cuda_toolkit_package_version")
+TOOLKIT_VERSION: str = pins.host_pin("container_runtime_nvidia_toolkit_version")
 GPU_COUNT = 8
 SIMULATED_DIR = "/usr/share/specdeploy-simulated"
 # Fixed timestamps, so the same inputs give byte-identical .debs and index.

@@ -215,7 +215,7 @@ def prepare(slot: Slot, tmp_path: Path) -> tuple[dict[str, object], str]:
 
 
 def build(slot: Slot, info: dict[str, object], capsys: pytest.CaptureFixture[str]) -> str:
-    """A cold build through specdeploy.image_build, timed; returns its log."""
+    """A cold build through specdeploy.build.docker_build, timed; returns its log."""
     free = free_gb()
     assert free >= MIN_FREE_GB, f"building {slot.tag} needs about {MIN_FREE_GB} GB free for Docker, {free:.1f} GB is"
 

@@ -74,3 +74,37 @@ def test_simulated_blackwell_host_passes_and_gets_the_pcie_advice_then_an_old_br
     old = preflight(host, "-e", "serving_tensor_parallel_size=8")
     assert old.returncode != 0, old.output[-3000:]
     assert "nvidia-driver-580-open" in " ".join(old.output.split()), old.output[-3000:]
+
+
+def _engine_report(output: str) -> str:
+    """The serving check's report (the engine's command line and its NCCL environment)."""
+    _, _, tail = output.partition("TASK [serving : Report the engine's command line and the GPU peer-to-peer verdict]")
+    assert tail, output[-3000:]
+    return tail.split("TASK [", 1)[0].split("PLAY [", 1)[0]
+
+
+def test_the_p2p_verdict_follows_iommu_pt_from_preflight_to_the_engine_arguments(host_container):
+    """One rule (specdeploy.gpu.checks), end to end: preflight reads /proc/cmdline, publishes its
+    verdict, and the engine arguments the serving role renders follow it."""
+    host, container = host_container
+    install_simulated_smi(container, simulated.render_all(8))
+    translated = preflight(host, "-e", "serving_tensor_parallel_size=8")
+    assert translated.returncode == 0, translated.output[-3000:]
+    report = _engine_report(translated.output)
+    assert "--disable-custom-all-reduce" in report and "NCCL_P2P_DISABLE" in report, report
+    assert "IOMMU/ACS is not set up for peer-to-peer" in " ".join(report.split()), report
+
+    # The same host booted with iommu=pt: a bind mount puts that kernel command line in /proc.
+    cmdline = "BOOT_IMAGE=/boot/vmlinuz-6.1.0 root=/dev/sda1 ro intel_iommu=on iommu=pt\n"
+    code, out = container.exec_run(
+        ["sh", "-c", f"printf '{cmdline}' > /run/cmdline && mount --bind /run/cmdline /proc/cmdline"]
+    )
+    assert code == 0, out.decode()
+    try:
+        passthrough = preflight(host, "-e", "serving_tensor_parallel_size=8")
+    finally:
+        container.exec_run(["umount", "/proc/cmdline"])
+    assert passthrough.returncode == 0, passthrough.output[-3000:]
+    report = _engine_report(passthrough.output)
+    assert "--disable-custom-all-reduce" not in report and "NCCL_P2P_DISABLE" not in report, report
+    assert "IOMMU is in pass-through or off; PCIe peer-to-peer can stay on" in " ".join(report.split()), report

@@ -22,10 +22,12 @@ import pytest
 import yaml
 from docker.models.containers import Container
 
-from specdeploy import inventory
+from specdeploy import inventory, verify
+from specdeploy.connection import HostConnection
 from specdeploy.docker_engine import ensure_engine
-from specdeploy.paths import project_root, state_dir
-from specdeploy.playbook import PlaybookRun, ansible_env, run_playbook
+from specdeploy.paths import state_dir
+from specdeploy.playbook import PlaybookRun, run_playbook
+from specdeploy.serve.hosts import inventory_hostvars
 from specdeploy_testbed import simulated_repo, testbed
 
 from .helpers import record_timing
@@ -147,26 +149,10 @@ def test_second_run_changes_nothing(first_run, simulated_inventory):
 def test_testinfra_verifies_the_gpu_host(first_run, simulated_inventory):
     assert first_run.returncode == 0, "the first run failed"
     start = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/verify/test_gpu_host.py",
-            "--hosts=ansible://all",
-            f"--ansible-inventory={simulated_inventory}",
-            "-p",
-            "no:cacheprovider",
-            "-rA",
-        ],
-        cwd=project_root(),
-        env={**ansible_env(), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    record_timing("testinfra tests/verify/test_gpu_host.py", time.monotonic() - start)
+    hosts = [verify.HostUnderCheck(name, HostConnection.from_hostvars(hv), hv)
+             for name, hv in inventory_hostvars(simulated_inventory).items()]  # fmt: skip
+    proc = verify.run(hosts, capture=True, checks=("check_gpu_host.py",))
+    record_timing("testinfra specdeploy/verify/check_gpu_host.py", time.monotonic() - start)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert " passed" in output and "skipped" not in output, output[-2000:]

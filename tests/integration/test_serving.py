@@ -5,12 +5,16 @@ converged rerun that restarts nothing, a bad version and a frozen start-up both 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from specdeploy.build import source
 from specdeploy.connection import docker_client
 from specdeploy.playbook import parse_recap
 from specdeploy.serve.config import CONFIG_LABEL
@@ -139,13 +143,55 @@ def test_frozen_start_up_is_stalled_and_rolled_back(deployed, docker_client):
     record_timing("stalled deploy + rollback", stalled.seconds)
 
 
+def test_the_engine_image_holds_no_test_bed_module(deployed):
+    """What the engine image installed of specdeploy: the product's files, none of the test bed's."""
+    script = ("import importlib.metadata as m, importlib.util as u; "
+              "print(u.find_spec('specdeploy_testbed')); "
+              "print('\\n'.join(str(f) for f in m.files('specdeploy')))")  # fmt: skip
+    out = remote().containers.get(ENGINE).exec_run(["/opt/specdeploy/bin/python", "-c", script])
+    assert out.exit_code == 0, out.output.decode()
+    lines = out.output.decode().splitlines()
+    assert lines[0] == "None", lines[0]  # the test-bed package is not importable in the image
+    files = lines[1:]
+    assert "specdeploy/verify/check_serving.py" in files and "specdeploy/pins.yaml" in files, files
+    offending = [f for f in files if any(w in f.lower() for w in ("testbed", "simulated", "tiny_model", "model_maker"))]
+    assert offending == [], offending
+
+
+def test_verify_runs_from_an_installed_wheel_outside_the_checkout(deployed, tmp_path):
+    """`specdeploy verify --host ...` with only the wheel's files: no checkout, no test-bed package."""
+    site = tmp_path / "site"
+    wheel = source.specdeploy_wheel()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True)  # fmt: skip
+    venv_site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    # -S: no .pth files, so the checkout's editable installs are not on the path; deps from the venv.
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{venv_site}", "COLUMNS": "200"}
+    env.pop("SPECDEPLOY_ROOT", None)
+    probe = subprocess.run([sys.executable, "-S", "-c", "import specdeploy, importlib.util as u; "
+                            "print(specdeploy.__file__, u.find_spec('specdeploy_testbed'))"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert probe.stdout.split() == [str(site / "specdeploy" / "__init__.py"), "None"], probe.stdout
+    tb, host = testbed.paths(), f"{testbed.SSH_USER}@127.0.0.1:{testbed.port_base()}"
+    run = subprocess.run(
+        [sys.executable, "-S", "-m", "specdeploy.cli", "verify", "--host", host,
+         "--ssh-key", str(tb.key), "--known-hosts", str(tb.known_hosts)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "check_serving.py::test_engine_is_proven_ready_in_the_rollout_record" in output and "PASSED" in output
+    assert " passed" in output and "failed" not in output, output[-2000:]
+    assert (tmp_path / ".state" / "targets").is_dir()  # its state is where it runs, not in the checkout
+
+
 def test_verify_passes_then_names_the_missing_container(deployed):
     ok = specdeploy("verify")
     assert ok.returncode == 0 and "10 passed" in ok.output, ok.output[-3000:]
     remote().containers.get(ENGINE).remove(force=True)
     broken = specdeploy("verify")
     assert broken.returncode != 0
-    assert "FAILED tests/verify/test_serving.py::test_engine_container_runs_the_recorded_image" in broken.output
+    assert "FAILED check_serving.py::test_engine_container_runs_the_recorded_image" in broken.output
     assert f"the engine container {ENGINE} does not exist" in broken.output, broken.output[-3000:]
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from specdeploy.testbed import container_name, host_name
+
+from specdeploy_testbed.testbed import container_name, host_name
 
 from .helpers import record_timing, specdeploy
 
@@ -24,5 +25,6 @@ def test_testbed_up_again_changes_nothing(testbed_up, docker_client):
 def test_verify_only_tags_run_the_verify_play(testbed_up):
     result = specdeploy("deploy", "--tags", "verify")
     assert result.returncode == 0, result.output
-    assert "Verify | the host's base services answer" in result.output
+    assert "Verify | the host's services, GPU stack and engine, checked over SSH (testinfra)" in result.output
+    assert "TASK [Run the host checks]" in result.output and "ok: [testbed-1]" in result.output
     assert "Check the platform against the supported matrix" not in result.output

@@ -48,8 +48,15 @@ def specdeploy_wheel() -> Path:
     found = sorted(cache.glob("specdeploy-*.whl"))
     if found:
         return found[0]
+    state_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=state_dir()) as tmp:
-        cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, str(root)]
+        # From a clean copy of what the wheel is made of: setuptools' build/ folder in a checkout
+        # keeps files that were moved away, and would ship them.
+        tree = Path(tmp) / "tree"
+        shutil.copytree(root / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(root / name, tree / name)
+        cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, str(tree)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **_REPRODUCIBLE}, check=False)
         built = sorted(Path(tmp).glob("specdeploy-*.whl"))
         if proc.returncode != 0 or not built:

@@ -50,8 +50,9 @@ class ServingConfig:
     # host's container engine; the test bed has none, so its inventory keeps the host's limit.
     memlock_bytes: int = -1
     stack_bytes: int = 64 * 1024**2
-    # PCIe-only hosts with >2 GPUs and IOMMU/ACS not fixed: P2P off (see ENGINE_FACTS.md).
-    pcie_p2p_workaround: bool = False
+    # Preflight's GPU peer-to-peer verdict (gpu.checks.nccl_recommendations: env, vllm_args,
+    # sglang_args, reason), applied as given: the rule lives there once. {}: no GPUs were read.
+    nccl: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -67,8 +68,7 @@ class ServingConfig:
         for name in ints:
             if name in known:
                 known[name] = int(known[name])
-        if "pcie_p2p_workaround" in known:
-            known["pcie_p2p_workaround"] = str(known["pcie_p2p_workaround"]).lower() in ("true", "1", "yes")
+        known["nccl"] = dict(known.get("nccl") or {})
         return cls(**known)
 
     def problems(self) -> list[str]:
@@ -120,9 +120,7 @@ class ServingConfig:
             spec = {"method": "eagle3", "model": self.drafter_path,
                     "num_speculative_tokens": self.num_speculative_tokens, "draft_tensor_parallel_size": 1}  # fmt: skip
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        if self.pcie_p2p_workaround:
-            cmd.append("--disable-custom-all-reduce")
-        return [*cmd, *self.extra_args]
+        return [*cmd, *(str(a) for a in self.nccl.get("vllm_args", [])), *self.extra_args]
 
     def _sglang(self) -> list[str]:
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_MOUNT,
@@ -136,14 +134,10 @@ class ServingConfig:
             cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", self.drafter_path,
                     "--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
                     "--speculative-num-draft-tokens", str(n + 1)]  # fmt: skip
-        if self.pcie_p2p_workaround:
-            cmd.append("--disable-custom-all-reduce")
-        return [*cmd, *self.extra_args]
+        return [*cmd, *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]
 
     def environment(self) -> dict[str, str]:
-        env = {"HF_HUB_OFFLINE": "1", **self.env}
-        if self.pcie_p2p_workaround:
-            env["NCCL_P2P_DISABLE"] = "1"
+        env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()}, **self.env}
         if self.api_key:  # both engines read it from the environment: never on the command line
             env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
         return env

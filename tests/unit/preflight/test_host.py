@@ -1,4 +1,4 @@
-"""specdeploy.hostchecks: disk and serving-port refusals from what `df` and `ss` print."""
+"""specdeploy.preflight.host: disk and serving-port refusals from what `df` and `ss` print."""
 
 from __future__ import annotations
 

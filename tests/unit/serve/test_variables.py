@@ -72,3 +72,21 @@ def test_secrets_are_never_echoed():
 
 def test_enough_cases():
     assert len(BAD) >= 20 and len({v for v, _ in BAD}) >= 15
+
+
+def test_the_engine_arguments_follow_the_p2p_verdict_of_gpu_checks():
+    """serve.config renders what gpu.checks decided, for both engines, and nothing when no GPUs were read."""
+    from specdeploy.gpu.checks import nccl_recommendations  # noqa: PLC0415
+    from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
+    from tests.unit.test_gpu_checks import rtx_pro  # noqa: PLC0415
+
+    off = nccl_recommendations(rtx_pro(), iommu_fixed=False, cmdline="ro intel_iommu=on")
+    on = nccl_recommendations(rtx_pro(), iommu_fixed=False, cmdline="ro intel_iommu=on iommu=pt")
+    for engine in ("vllm", "sglang"):
+        base = {"engine": engine, "image": "i", "model_path": "/m", "served_model_name": "m"}
+        disabled = ServingConfig.from_vars({**base, "nccl": off})
+        assert "--disable-custom-all-reduce" in disabled.command()
+        assert disabled.environment()["NCCL_P2P_DISABLE"] == "1"
+        for kept in (ServingConfig.from_vars({**base, "nccl": on}), ServingConfig.from_vars(base)):
+            assert "--disable-custom-all-reduce" not in kept.command()
+            assert "NCCL_P2P_DISABLE" not in kept.environment()

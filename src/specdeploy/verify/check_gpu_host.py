@@ -14,25 +14,34 @@ from typing import Any
 
 import pytest
 import yaml
+from testinfra.host import Host
 
-from specdeploy.paths import project_root
+from specdeploy.pins import HOST as HOST_PINS
 
-ROLES = ("nvidia_driver", "cuda_toolkit", "container_runtime")
+# The roles' non-version defaults these checks read (the versions come from pins.yaml).
+# tests/unit/verify/test_checks.py holds these equal to the roles' defaults/main.yml.
+PACKAGE_DEFAULTS = {
+    "nvidia_driver_package": "",
+    "nvidia_driver_open": True,
+    "nvidia_driver_version_file": "/proc/driver/nvidia/version",
+    "container_runtime_docker_package": "docker-ce",
+    "container_runtime_cdi_spec": "/etc/cdi/nvidia.yaml",
+    "container_runtime_log_max_size": "100m",
+    "container_runtime_log_max_file": "3",
+}
 
 
 @pytest.fixture(autouse=True)
-def _gpu_host_only(host):
+def _gpu_host_only(host: Host) -> None:
     if not host.file("/usr/bin/nvidia-smi").exists:
         pytest.skip("no /usr/bin/nvidia-smi: not a provisioned GPU host (specdeploy_provision_gpu: true)")
 
 
 @pytest.fixture
-def pins(host) -> dict[str, Any]:
-    """The roles' defaults, overridden by the host's inventory variables."""
-    merged: dict[str, Any] = {}
-    for role in ROLES:
-        merged |= yaml.safe_load((project_root() / "roles" / role / "defaults" / "main.yml").read_text())
-    return merged | host.ansible.get_variables()
+def pins(hostvars: dict[str, Any]) -> dict[str, Any]:
+    """The pinned versions (specdeploy/pins.yaml) and the roles' package choices, overridden by the
+    host's inventory variables."""
+    return {**PACKAGE_DEFAULTS, **HOST_PINS, **hostvars}
 
 
 def _driver_package(pins: dict[str, Any]) -> str:
@@ -63,7 +72,7 @@ def _pinned_packages(pins: dict[str, Any]) -> dict[str, str]:
     return packages
 
 
-def test_packages_are_installed_at_the_pinned_versions(host, pins):
+def test_packages_are_installed_at_the_pinned_versions(host: Host, pins: dict[str, Any]) -> None:
     wrong = {}
     for name, pattern in _pinned_packages(pins).items():
         package = host.package(name)
@@ -74,7 +83,7 @@ def test_packages_are_installed_at_the_pinned_versions(host, pins):
     assert not wrong, wrong
 
 
-def test_pinned_packages_are_held(host, pins):
+def test_pinned_packages_are_held(host: Host, pins: dict[str, Any]) -> None:
     names = sorted(_pinned_packages(pins))
     if not pins.get("container_runtime_hold", True):
         names = [n for n in names if n.startswith(("nvidia", "cuda", "libnvidia"))]
@@ -84,13 +93,13 @@ def test_pinned_packages_are_held(host, pins):
     assert not not_held, f"not held against upgrades: {not_held}"
 
 
-def test_the_open_kernel_module_is_the_one_reported(host, pins):
+def test_the_open_kernel_module_is_the_one_reported(host: Host, pins: dict[str, Any]) -> None:
     text = host.file(str(pins["nvidia_driver_version_file"])).content_string
     assert "Open Kernel Module" in text, f"{pins['nvidia_driver_version_file']}: {text.strip()}"
     assert str(pins["nvidia_driver_version"]) in text
 
 
-def test_nvidia_smi_answers_with_the_pinned_driver(host, pins):
+def test_nvidia_smi_answers_with_the_pinned_driver(host: Host, pins: dict[str, Any]) -> None:
     out = host.check_output("nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version --format=csv,noheader")
     rows = [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
     assert rows, "nvidia-smi lists no GPU"
@@ -100,7 +109,7 @@ def test_nvidia_smi_answers_with_the_pinned_driver(host, pins):
         assert len(rows) == expected
 
 
-def test_daemon_json_has_the_nvidia_runtime_log_rotation_and_cdi(host, pins):
+def test_daemon_json_has_the_nvidia_runtime_log_rotation_and_cdi(host: Host, pins: dict[str, Any]) -> None:
     config = json.loads(host.file("/etc/docker/daemon.json").content_string)
     assert config.get("runtimes", {}).get("nvidia", {}).get("path") == "nvidia-container-runtime", config
     assert config.get("log-driver") == "json-file", config
@@ -113,7 +122,7 @@ def test_daemon_json_has_the_nvidia_runtime_log_rotation_and_cdi(host, pins):
     assert config.get("live-restore") is True, config  # engines outlive a dockerd restart
 
 
-def test_docker_runs_with_the_nvidia_runtime(host):
+def test_docker_runs_with_the_nvidia_runtime(host: Host) -> None:
     assert host.service("docker").is_running
     info = host.run("docker info")
     assert info.rc == 0, info.stderr
@@ -121,7 +130,7 @@ def test_docker_runs_with_the_nvidia_runtime(host):
     assert "nvidia" in runtimes.split(), runtimes
 
 
-def test_cdi_spec_lists_all_gpus(host, pins):
+def test_cdi_spec_lists_all_gpus(host: Host, pins: dict[str, Any]) -> None:
     spec_file = host.file(str(pins["container_runtime_cdi_spec"]))
     assert spec_file.exists
     spec = yaml.safe_load(spec_file.content_string)
@@ -129,19 +138,19 @@ def test_cdi_spec_lists_all_gpus(host, pins):
     assert spec.get("kind") == "nvidia.com/gpu" and "all" in names, f"nvidia.com/gpu=all is not in {names}"
 
 
-def test_persistence_daemon_runs(host):
+def test_persistence_daemon_runs(host: Host) -> None:
     service = host.service("nvidia-persistenced")
     assert service.is_enabled
     assert service.is_running
 
 
-def test_nouveau_is_blacklisted(host):
+def test_nouveau_is_blacklisted(host: Host) -> None:
     conf = host.file("/etc/modprobe.d/blacklist-nouveau.conf")
     assert conf.exists
     assert "blacklist nouveau" in conf.content_string.splitlines()
 
 
-def test_nvcc_of_the_pinned_cuda_builds_for_sm120(host, pins):
+def test_nvcc_of_the_pinned_cuda_builds_for_sm120(host: Host, pins: dict[str, Any]) -> None:
     nvcc = f"/usr/local/cuda-{pins['cuda_toolkit_version']}/bin/nvcc"
     assert host.file(nvcc).is_executable
     build = host.run(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any
 
 import pytest
+from testinfra.host import Host
 
 from specdeploy.build import drafter, profiles
 
@@ -15,27 +17,27 @@ CONTAINER = "specdeploy-engine"
 
 
 @pytest.fixture
-def record(host):
-    path = host.ansible.get_variables().get("serving_state_dir", "/var/lib/specdeploy/serving") + "/current.json"
+def record(host: Host, hostvars: dict[str, Any]) -> dict[str, Any]:
+    path = hostvars.get("serving_state_dir", "/var/lib/specdeploy/serving") + "/current.json"
     state = host.file(path)
     assert state.exists, f"{path} is missing: nothing was deployed on this host (make deploy)"
-    return json.loads(state.content_string)
+    return dict(json.loads(state.content_string))
 
 
-def _inspect(host, what: str, fmt: str) -> str:
+def _inspect(host: Host, what: str, fmt: str) -> str:
     out = host.run(f"docker inspect --format '{fmt}' {what}")
     assert out.rc == 0, f"docker inspect {what}: {out.stderr.strip()}"
-    return out.stdout.strip()
+    return str(out.stdout).strip()
 
 
-def test_engine_container_runs_the_recorded_image(host, record):
+def test_engine_container_runs_the_recorded_image(host: Host, record: dict[str, Any]) -> None:
     state = host.run(f"docker inspect --format '{{{{.State.Status}}}}' {CONTAINER}")
     assert state.rc == 0, f"the engine container {CONTAINER} does not exist: {state.stderr.strip()}"
     assert state.stdout.strip() == "running", f"{CONTAINER} is {state.stdout.strip()}, not running"
     assert _inspect(host, CONTAINER, "{{.Image}}") == record["image_id"], "the engine runs another image than recorded"
 
 
-def _get(host, record, path: str) -> tuple[int, str]:
+def _get(host: Host, record: dict[str, Any], path: str) -> tuple[int, str]:
     port = int(record["config"]["port"])
     script = (
         "import sys, urllib.request, urllib.error\n"
@@ -49,12 +51,12 @@ def _get(host, record, path: str) -> tuple[int, str]:
     return int(code), body
 
 
-def test_api_port_answers(host, record):
+def test_api_port_answers(host: Host, record: dict[str, Any]) -> None:
     code, _ = _get(host, record, "/health")
     assert code == 200, f"/health answered {code}"
 
 
-def test_model_is_listed(host, record):
+def test_model_is_listed(host: Host, record: dict[str, Any]) -> None:
     code, body = _get(host, record, "/v1/models")
     if record["config"].get("api_key_set"):
         assert code == 401, f"/v1/models answered {code} without the API key"
@@ -64,21 +66,24 @@ def test_model_is_listed(host, record):
     assert record["config"]["served_model_name"] in listed, f"served model not listed: {listed}"
 
 
-def test_image_patch_manifest_and_drafter_match_the_inventory(host, record):
-    hostvars = host.ansible.get_variables()
+def test_image_patch_manifest_and_drafter_match_the_inventory(
+    host: Host, record: dict[str, Any], hostvars: dict[str, Any]
+) -> None:
     labels = json.loads(_inspect(host, record["image_id"], "{{json .Config.Labels}}"))
-    prof = profiles.profile(hostvars.get("engine_image_profile", "vllm-cpu"))
+    # The inventory's values win; the serving record holds what the deploy used.
+    prof = profiles.profile(hostvars.get("engine_image_profile") or record.get("engine_image_profile") or "vllm-cpu")
     assert labels["io.specdeploy.patch-digest"] == profiles.expected_patch_digest(prof), "patch manifest differs"
-    path = hostvars["engine_image_drafter_path"]
+    path = hostvars.get("engine_image_drafter_path") or record.get("engine_image_drafter_path")
+    assert path, "the drafter's folder is unknown: set engine_image_drafter_path, or redeploy (make deploy records it)"
     out = host.run(f"cd {path} && find . -type f -exec sha256sum {{}} +")
     assert out.rc == 0, f"cannot hash the drafter at {path}: {out.stderr.strip()}"
     files = {name.removeprefix("./"): sha for sha, name in (line.split(None, 1) for line in out.stdout.splitlines())}
     assert labels["io.specdeploy.drafter-digest"] == drafter.digest(files), f"the image's drafter is not {path}"
 
 
-def test_engine_is_proven_ready_in_the_rollout_record(host):
+def test_engine_is_proven_ready_in_the_rollout_record(host: Host, hostvars: dict[str, Any]) -> None:
     """Converged means proven: the rollout finished and the running container is its READY version."""
-    path = host.ansible.get_variables().get("serving_state_dir", "/var/lib/specdeploy/serving") + "/rollout.json"
+    path = hostvars.get("serving_state_dir", "/var/lib/specdeploy/serving") + "/rollout.json"
     state = host.file(path)
     assert state.exists, f"{path} is missing: no rollout was recorded on this host (make deploy)"
     rollout = json.loads(state.content_string)

@@ -1,0 +1,34 @@
+"""Action `specdeploy_verify`: the shipped testinfra checks (specdeploy.verify) against this host,
+over real SSH with the inventory's own settings. Failed with each failing check named. Thin."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from specdeploy import verify
+from specdeploy.actions import SpecdeployAction
+
+_OUTCOME = re.compile(r"^(?P<node>check_\w+\.py::\w+) (?P<outcome>PASSED|FAILED|SKIPPED|ERROR)")
+_SUMMARY = re.compile(r"^=+ (?P<summary>.*(?:passed|failed|error|skipped).*) =+$")
+
+
+class ActionModule(SpecdeployAction):
+    ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def act(self, args: dict[str, Any]) -> dict[str, Any]:
+        names = [k for k in self.task_vars if k.startswith(verify.CHECKED_PREFIXES)]
+        variables = {
+            k: self._templar.template(self.task_vars[k]) for k in verify.checked_variables(dict.fromkeys(names))
+        }
+        proc = verify.run([verify.HostUnderCheck(self.host_name, self.connection, variables)], capture=True)
+        lines = proc.stdout.splitlines()
+        outcomes = {m["node"]: m["outcome"] for line in lines if (m := _OUTCOME.match(line))}
+        summary = next((m["summary"] for line in reversed(lines) if (m := _SUMMARY.match(line))), "no summary")
+        failed = [node for node, outcome in outcomes.items() if outcome in ("FAILED", "ERROR")]
+        reasons = [line[2:] for line in lines if line.startswith("E ")][:10]
+        if proc.returncode not in (0, 5) or failed:
+            return {"failed": True, "changed": False, "checks": outcomes,
+                    "msg": f"verify: {summary}; failed: {', '.join(failed) or proc.stderr[-500:]}",
+                    "reasons": reasons}  # fmt: skip
+        return {"changed": False, "checks": outcomes, "msg": f"verify: {summary}"}

@@ -1,1 +1,0 @@
-"""testinfra's `host` fixture comes from the pytest-testinfra plugin (--hosts=...)."""
