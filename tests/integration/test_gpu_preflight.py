@@ -44,7 +44,7 @@ def preflight(host, *extra: str):
 
 @pytest.fixture
 def host_container(throwaway_host, docker_client):
-    from specdeploy import testbed  # noqa: PLC0415
+    from specdeploy_testbed import testbed  # noqa: PLC0415
 
     return throwaway_host, docker_client.containers.get(testbed.container_name(throwaway_host.name))
 
