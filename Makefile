@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults bench deploy verify status logs rollback clean
+.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults bench deploy verify endpoint status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test b
 
 verify: setup ## testinfra host verification of HOST, or the local test bed
 	$(BIN)/specdeploy verify $(TARGET_ARGS)
+
+endpoint: setup ## The engine's API on this machine through an SSH forward, until Ctrl-C (LOCAL_PORT=8000)
+	$(BIN)/specdeploy endpoint $(TARGET_ARGS) --local-port $(or $(LOCAL_PORT),8000)
 
 status: setup ## The engine containers on HOST, or the local test bed
 	$(BIN)/specdeploy status $(TARGET_ARGS)

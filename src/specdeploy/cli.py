@@ -17,6 +17,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import state_dir
 from specdeploy.playbook import run_playbook
+from specdeploy.serve import endpoint
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
 from specdeploy.targets import SshSettings, Target, probe
@@ -106,7 +107,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 1
     err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
     on = f" HOST={args.host}" if args.host else ""
-    err.print(f"next: make verify{on}   make logs{on}   make status{on}   make rollback{on}")
+    err.print(f"next: make endpoint{on} (the API here)   make verify{on}   make logs{on}   make status{on}   "
+              f"make rollback{on}")  # fmt: skip
     return 0
 
 
@@ -114,6 +116,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     hosts = serving_hosts.inventory_hostvars(target_inventory(args, bring_up_testbed=False))
     checked = [verify.HostUnderCheck(name, HostConnection.from_hostvars(hv), hv) for name, hv in hosts.items()]
     return verify.run(checked).returncode
+
+
+def cmd_endpoint(args: argparse.Namespace) -> int:
+    hosts = serving_hosts.inventory_hostvars(target_inventory(args, bring_up_testbed=False))
+    opened = endpoint.open_endpoints(hosts, args.local_port)
+    for ep, forward in opened:
+        state = "" if ep.answering else "  [yellow](the engine does not answer yet: make status)[/]"
+        err.print(f"endpoint: [bold]{ep.url}[/] -> {ep.host} (127.0.0.1:{forward.remote_port} there, over SSH){state}")
+        if ep.api_key_set:
+            err.print("  the API key is required: export OPENAI_API_KEY=<your serving_api_key>")
+        for line in ep.example():
+            print(f"  {line}", flush=True)
+    err.print("Ctrl-C closes the forward.")
+    endpoint.hold(opened, err.print)
+    err.print("endpoint closed")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -221,6 +239,12 @@ def _add_serving_commands(sub: Any) -> None:
     log.add_argument("--tail", type=int, default=200, help="lines (default 200)")
     log.add_argument("--container", default=CONTAINER, help=f"default {CONTAINER}; also {CONTAINER}-failed")
     log.set_defaults(func=cmd_logs)
+
+    ept = sub.add_parser("endpoint", help="the engine's API on this machine, through an SSH forward, until Ctrl-C")
+    _add_target_args(ept)
+    ept.add_argument("--local-port", type=int, default=endpoint.DEFAULT_LOCAL_PORT,
+                     help=f"first local port (default {endpoint.DEFAULT_LOCAL_PORT}; 0: any free port)")  # fmt: skip
+    ept.set_defaults(func=cmd_endpoint)
 
     rbk = sub.add_parser("rollback", help="swap the running engine with the previous one, watched to READY")
     _add_target_args(rbk)

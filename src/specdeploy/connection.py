@@ -109,9 +109,9 @@ class HostConnection:
         self.__dict__["docker"] = docker_client_for(self.target, self.ssh)
         return self.docker
 
-    def forward(self, remote_port: int) -> Forward:
-        """A restartable local forward to REMOTE_PORT on the host's loopback."""
-        return Forward(self.target, self.ssh, remote_port)
+    def forward(self, remote_port: int, local_port: int = 0) -> Forward:
+        """A restartable local forward to REMOTE_PORT on the host's loopback (LOCAL_PORT 0: any free)."""
+        return Forward(self.target, self.ssh, remote_port, local_port)
 
     def __str__(self) -> str:
         return str(self.target)

@@ -106,10 +106,14 @@ class Forward:
     """`ssh -L`: the target's 127.0.0.1:remote_port on a local port that stays the same when the
     SSH session drops and `ensure()` starts it again (a readiness probe keeps its URL)."""
 
-    def __init__(self, target: Target, settings: SshSettings, remote_port: int) -> None:
+    def __init__(self, target: Target, settings: SshSettings, remote_port: int, local_port: int = 0) -> None:
         self.target, self.settings, self.remote_port = target, settings, remote_port
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", local_port))
+            except OSError as exc:
+                hint = "choose another: LOCAL_PORT=8001 (make) or --local-port 8001"
+                raise SpecdeployError(f"local port {local_port} is taken ({exc.strerror})", hint=hint) from exc
             self.local = int(sock.getsockname()[1])
         self.proc: subprocess.Popen[str] | None = None
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from specdeploy.build import source
 from specdeploy.connection import docker_client
@@ -22,7 +26,7 @@ from specdeploy.targets import Target, forward_port
 from specdeploy.watch.readiness import spec_counters
 from specdeploy_testbed import testbed
 
-from .helpers import record_timing, specdeploy
+from .helpers import CLI, ROOT, record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
 ENGINE = "specdeploy-engine"
@@ -183,6 +187,50 @@ def test_verify_runs_from_an_installed_wheel_outside_the_checkout(deployed, tmp_
     assert "check_serving.py::test_engine_is_proven_ready_in_the_rollout_record" in output and "PASSED" in output
     assert " passed" in output and "failed" not in output, output[-2000:]
     assert (tmp_path / ".state" / "targets").is_dir()  # its state is where it runs, not in the checkout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_openai_client_chats_through_make_endpoint(deployed):
+    port = _free_port()
+    proc = subprocess.Popen([*CLI, "endpoint", "--local-port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        example = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]  # the two example lines
+        assert example[0] == "from openai import OpenAI", example
+        assert f'base_url="http://127.0.0.1:{port}/v1"' in example[1] and 'model="tiny-deepseek-v3"' in example[1]
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", timeout=120)
+        chat = client.chat.completions.create(
+            model="tiny-deepseek-v3", messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+        )
+        assert chat.choices[0].message.content, chat
+        assert chat.usage is not None and chat.usage.completion_tokens > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 0, errors
+    assert f"endpoint: http://127.0.0.1:{port}/v1 -> testbed-1" in " ".join(errors.split()), errors
+    assert "endpoint closed" in errors
+    time.sleep(0.5)
+    with socket.socket() as sock:  # the forward is gone with it
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_endpoint_refuses_a_taken_local_port(deployed):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = subprocess.run([*CLI, "endpoint", "--local-port", str(port)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, check=False)  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert f"local port {port} is taken" in run.stderr and "--local-port 8001" in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 def test_verify_passes_then_names_the_missing_container(deployed):
