@@ -5,28 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import pins
-from specdeploy.build import drafter, profiles
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
 from specdeploy.serve import variables as serving_variables
 from specdeploy.serve.config import ServingConfig
-
-
-def drafter_check(
-    files_sha256: dict[str, str],
-    config_text: str,
-    manifest_text: str | None,
-    target_config_text: str | None,
-    profile: str | None = None,
-) -> dict[str, Any]:
-    prof = profiles.profile(profile) if profile else None
-    engine = (prof.engine, prof.version) if prof else None
-    return {
-        "problems": drafter.problems(config_text, manifest_text, files_sha256, target_config_text, engine),
-        "digest": drafter.digest(files_sha256),
-    }
 
 
 def serving_problems(config: dict[str, Any], api_key: str | None = None) -> list[str]:
@@ -101,7 +85,6 @@ class FilterModule:
         return {
             "specdeploy_pin": pin,
             "specdeploy_platform_problems": platform_problems,
-            "specdeploy_drafter_check": drafter_check,
             "specdeploy_serving_problems": serving_problems,
             "specdeploy_serving_variable_problems": serving_variable_problems,
             "specdeploy_serving_checked_names": serving_checked_names,

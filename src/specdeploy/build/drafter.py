@@ -3,9 +3,11 @@ does it fit the target model, and are its files the ones its sha256 manifest nam
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <relative path>" per line
@@ -131,3 +133,53 @@ def digest(files_sha256: Mapping[str, str]) -> str:
     """One digest for the drafter: over its files' names and sha256s (the manifest excluded)."""
     body = "".join(f"{name}\0{files_sha256[name]}\n" for name in sorted(files_sha256) if name != MANIFEST)
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+# One SSH round trip reads everything the check needs: each file's sha256 (sha256sum lines) and
+# the two config files and the manifest, base64 on lines of their own ("=name <b64>").
+READ_SCRIPT = r"""
+cd "$1" 2>/dev/null || { echo "=nodir"; exit 0; }
+{ find . -type f -print0 | xargs -0 -r sha256sum -- 2>&1 1>&3 | sed 's/^/=error /'; } 3>&1
+for f in config.json SHA256SUMS; do [ -r "$f" ] && printf '=%s %s\n' "$f" "$(base64 -w0 "$f")"; done
+[ -n "$2" ] && [ -r "$2/config.json" ] && printf '=target %s\n' "$(base64 -w0 "$2/config.json")"
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class DrafterOnHost:
+    files_sha256: dict[str, str]
+    documents: dict[str, str]  # config.json, SHA256SUMS, target (the target's config.json)
+    unreadable: list[str]
+    exists: bool
+
+
+def parse_read(output: str) -> DrafterOnHost:
+    files: dict[str, str] = {}
+    docs: dict[str, str] = {}
+    unreadable: list[str] = []
+    exists = True
+    for line in output.splitlines():
+        if line == "=nodir":
+            exists = False
+        elif line.startswith("=error "):
+            # sha256sum: ./weights.bin: Permission denied
+            unreadable.append(line.removeprefix("=error ").split(": ", 2)[1].removeprefix("./"))
+        elif line.startswith("="):
+            name, _, b64 = line[1:].partition(" ")
+            docs[name] = base64.b64decode(b64).decode(errors="replace")
+        elif "  " in line:
+            sha, name = line.split("  ", 1)
+            files[name.removeprefix("./")] = sha
+    return DrafterOnHost(files, docs, unreadable, exists)
+
+
+def check_on_host(read: DrafterOnHost, path: str, user: str, engine: tuple[str, str] | None) -> list[str]:
+    """Every reason to refuse the drafter read from PATH on the host."""
+    if not read.exists:
+        return [f"{path} is not a folder on the host: set engine_image_drafter_path"]
+    if read.unreadable:
+        return [f"cannot read {', '.join(read.unreadable)} as {user}: make the drafter's files readable "
+                f"(chmod -R a+rX {path})"]  # fmt: skip
+    return problems(read.documents.get("config.json", "{}"), read.documents.get(MANIFEST), read.files_sha256,
+                    read.documents.get("target"), engine)  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from specdeploy import pins
 from specdeploy.build import wheels
 from specdeploy.errors import SpecdeployError
+from specdeploy.paths import state_dir
 
 # Made by build.base_image (debootstrap + docker import): no registry is reachable.
 BASE_IMAGE = "specdeploy/debian-base:bookworm"
@@ -164,10 +166,26 @@ def pip_profile(prof: Profile, base: PipBase) -> Profile:
 
 
 def expected_patch_digest(prof: Profile) -> str:
-    """The patch manifest digest the image build must reproduce, from the real released sources."""
+    """The patch manifest digest the image build must reproduce, from the real released sources.
+
+    Planning parses the engine's sources with libcst (seconds); the result is kept per release and
+    per version of the patch code, so a converged run only hashes our own patch modules."""
     # libcst is heavy to import, and Ansible's workers import this module for the filters.
+    from specdeploy import patches  # noqa: PLC0415
+
+    code = hashlib.sha256()
+    for module in sorted(Path(patches.__file__).parent.glob("*.py")):
+        code.update(module.name.encode() + b"\0" + module.read_bytes())
+    cached = state_dir() / "patch-digests" / f"{prof.distribution}-{prof.version}-{code.hexdigest()[:16]}"
+    if cached.is_file():
+        return cached.read_text().strip()
     from specdeploy.patches import engine_install, patchset  # noqa: PLC0415
 
     source = wheels.release_sources(prof.distribution, prof.version)
     plan = patchset.plan(engine_install.detect(prof.engine, source))
-    return str(patchset.manifest(plan)["digest"])
+    digest = str(patchset.manifest(plan)["digest"])
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(cached.name + ".partial")
+    partial.write_text(digest)
+    partial.rename(cached)
+    return digest
