@@ -6,7 +6,14 @@ from typing import Any
 
 from specdeploy import pins
 from specdeploy.gpu import checks as gpu_checks
-from specdeploy.gpu.facts import CSV_FORMAT, QUERY_APPS_FIELDS, QUERY_GPU_FIELDS, collect, facts_from_json
+from specdeploy.gpu.facts import (
+    CSV_FORMAT,
+    QUERY_APPS_FIELDS,
+    collect,
+    facts_from_json,
+    query_gpu_command,
+    query_gpu_rows,
+)
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
 from specdeploy.serve import variables as serving_variables
@@ -40,9 +47,26 @@ def gpu_commands(smi: str) -> list[list[str]]:
     return [
         [smi, "-q", "-x"],
         [smi, "topo", "-m"],
-        [smi, f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", f"--format={CSV_FORMAT}"],
+        query_gpu_command(smi),
         [smi, f"--query-compute-apps={','.join(QUERY_APPS_FIELDS)}", f"--format={CSV_FORMAT}"],
     ]
+
+
+def gpu_rows(result: dict[str, Any]) -> list[dict[str, str]]:
+    """A registered --query-gpu result as one dict per GPU, by field name ([] when it failed)."""
+    if result.get("rc", 1) != 0 or not result.get("stdout"):
+        return []
+    return query_gpu_rows(str(result["stdout"]))
+
+
+def installed_driver_problems(result: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """options: version, expected_gpus, open, nvrm_text, version_file, may_be_silent."""
+    return gpu_checks.installed_driver_problems(
+        int(result.get("rc", 1)), str(result.get("stdout", "")), str(result.get("stderr", result.get("msg", ""))),
+        version=str(options["version"]), expected_gpus=int(options.get("expected_gpus") or 0),
+        open_modules=bool(options.get("open")), nvrm_text=str(options.get("nvrm_text") or ""),
+        version_file=str(options.get("version_file", "")), may_be_silent=bool(options.get("may_be_silent")),
+    )  # fmt: skip
 
 
 def gpu_facts(outputs: list[str], driver_version_text: str | None = None) -> dict[str, Any]:
@@ -94,4 +118,8 @@ class FilterModule:
             "specdeploy_gpu_facts": gpu_facts,
             "specdeploy_gpu_problems": gpu_problems,
             "specdeploy_planned_driver_problems": planned_driver_problems,
+            "specdeploy_gpu_query": query_gpu_command,
+            "specdeploy_gpu_rows": gpu_rows,
+            "specdeploy_installed_driver_problems": installed_driver_problems,
+            "specdeploy_cuda_toolkit_problems": gpu_checks.cuda_toolkit_problems,
         }

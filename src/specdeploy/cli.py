@@ -228,6 +228,26 @@ def cmd_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_deploy_commands(sub: Any) -> None:
+    tb = sub.add_parser("testbed", help="the local test bed of SSH hosts on this machine's Docker engine")
+    tb.add_argument("action", choices=["up", "down", "status"])
+    tb.add_argument("--hosts", type=int, default=1, help="number of test hosts (default 1)")
+    tb.add_argument("--purge", action="store_true", help="with down: also delete the hosts' engine volumes")
+    tb.set_defaults(func=cmd_testbed)
+
+    dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
+    _add_target_args(dep)
+    dep.add_argument("--tags", help="phases to run: preflight,provision,build,deploy,verify")
+    dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
+    dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
+    dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
+    dep.set_defaults(func=cmd_deploy)
+
+    ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
+    _add_target_args(ver)
+    ver.set_defaults(func=cmd_verify)
+
+
 def _add_serving_commands(sub: Any) -> None:
     sta = sub.add_parser("status", help="the engine containers on --host or the local test bed")
     _add_target_args(sta)
@@ -256,36 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    tb = sub.add_parser("testbed", help="the local test bed of SSH hosts on this machine's Docker engine")
-    tb.add_argument("action", choices=["up", "down", "status"])
-    tb.add_argument("--hosts", type=int, default=1, help="number of test hosts (default 1)")
-    tb.add_argument("--purge", action="store_true", help="with down: also delete the hosts' engine volumes")
-    tb.set_defaults(func=cmd_testbed)
-
-    dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
-    _add_target_args(dep)
-    dep.add_argument("--tags", help="phases to run: preflight,provision,build,deploy,verify")
-    dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
-    dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
-    dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
-    dep.set_defaults(func=cmd_deploy)
-
-    ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
-    _add_target_args(ver)
-    ver.set_defaults(func=cmd_verify)
-
+    _add_deploy_commands(sub)
     _add_serving_commands(sub)
 
     pat = sub.add_parser("patch", help="engine patch sets for EAGLE-3 on DeepSeek-V3 / Kimi-K2.5 targets")
-    pat.add_argument("action", choices=["plan", "apply", "verify"])
-    pat.add_argument("--engine", choices=["vllm", "sglang"], required=True)
-    pat.add_argument("--site-packages", required=True, help="the engine's site-packages directory")
-    pat.add_argument("--python", help="verify: interpreter for the import probe (default: this one)")
-    pat.add_argument("--diff", action="store_true", help="plan: show the unified diff")
-    pat.add_argument(
-        "--fix", action="store_true", help="verify: quarantine a shadowing triton_kernels that lacks symbols"
-    )
-    pat.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+    patch_commands.add_arguments(pat)  # the same arguments as `python -m specdeploy.patches`
     pat.set_defaults(func=cmd_patch)
 
     img = sub.add_parser("image", help="engine images: render the Dockerfile, prepare a build context")

@@ -175,3 +175,53 @@ def test_planned_driver_for_sm120_needs_open_modules_and_r570_plus():
     assert planned_driver_problems(["9.0"], 550, False, "nvidia-driver-550", "550.54.15") == []  # Hopper: fine
     mismatch = planned_driver_problems(["9.0"], 580, True, "nvidia-driver-580-open", "575.1")
     assert mismatch == ["nvidia_driver_version 575.1 is not a release of branch 580"]
+
+
+# --- the provision roles' rules (once, here; the roles call them through filters) -------------------------
+
+
+def test_query_gpu_rows_are_read_by_field_name_with_or_without_a_header():
+    from specdeploy.gpu.facts import QUERY_GPU_FIELDS, query_gpu_command, query_gpu_rows  # noqa: PLC0415
+
+    assert query_gpu_command("/usr/bin/nvidia-smi")[1] == f"--query-gpu={','.join(QUERY_GPU_FIELDS)}"
+    line = ("0, NVIDIA RTX PRO 6000 Blackwell, GPU-1, 00000000:01:00.0, 580.95.05, 12.0, 97887, 0, 97887, "
+            "Enabled, 600.00, 30, 0")  # fmt: skip
+    rows = query_gpu_rows(line + "\n" + line.replace("0, NVIDIA", "1, NVIDIA", 1))
+    assert [r["driver_version"] for r in rows] == ["580.95.05", "580.95.05"] and rows[0]["compute_cap"] == "12.0"
+    header = "index, driver_version, compute_cap\n0, 575.57.08, 12.0\n"
+    assert query_gpu_rows(header) == [{"index": "0", "driver_version": "575.57.08", "compute_cap": "12.0"}]
+
+
+def test_cuda_13_needs_r580_and_the_package_must_belong_to_the_release():
+    from specdeploy.gpu.checks import cuda_toolkit_problems  # noqa: PLC0415
+
+    assert cuda_toolkit_problems("12.9", "12.9.1-1", "575.57.08") == []
+    assert cuda_toolkit_problems("13.0", "13.0.2-1", "") == []  # no driver yet: judged after it is installed
+    old = cuda_toolkit_problems("13.0", "13.0.2-1", "575.57.08")
+    assert old == ["CUDA 13.0 needs driver R580 or newer, but the driver is 575.57.08; install R580 "
+                   "(nvidia_driver_branch: 580) or pick cuda_toolkit_version 12.9"]  # fmt: skip
+    assert cuda_toolkit_problems("12.9", "12.8.1-1", "") == [
+        "cuda_toolkit_package_version 12.8.1-1 is not a CUDA 12.9 release"
+    ]
+
+
+def test_the_installed_driver_is_judged_by_what_nvidia_smi_and_the_kernel_report():
+    from specdeploy.gpu.checks import installed_driver_problems  # noqa: PLC0415
+
+    row = "{i}, NVIDIA RTX PRO 6000 Blackwell, GPU-{i}, 0000:0{i}:00.0, {v}, 12.0, 97887, 0, 97887, Enabled, 600, 30, 0"
+    eight = "\n".join(row.format(i=i, v="580.95.05") for i in range(8))
+    nvrm = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
+    opts = {"version": "580.95.05", "expected_gpus": 8, "open_modules": True, "nvrm_text": nvrm,
+            "version_file": "/proc/driver/nvidia/version", "may_be_silent": False}  # fmt: skip
+    assert installed_driver_problems(0, eight, "", **opts) == []
+    wrong = "\n".join(row.format(i=i, v="575.57.08") for i in range(7))
+    assert installed_driver_problems(0, wrong, "", **opts) == [
+        "nvidia-smi reports driver 575.57.08, not the pinned 580.95.05",
+        "nvidia-smi lists 7 GPUs, expected 8",
+    ]
+    proprietary = {**opts, "nvrm_text": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05"}
+    assert "is not the open one" in installed_driver_problems(0, eight, "", **proprietary)[0]
+    assert installed_driver_problems(9, "", "NVIDIA-SMI has failed", **opts) == [
+        "nvidia-smi does not answer: NVIDIA-SMI has failed; check dmesg for NVRM errors"
+    ]
+    assert installed_driver_problems(9, "", "", **{**opts, "may_be_silent": True}) == []

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TypedDict
 
-from specdeploy.gpu.facts import Gpu, GpuFacts, GpuProcess
+from specdeploy.gpu.facts import Gpu, GpuFacts, GpuProcess, query_gpu_rows
 
 MIN_BLACKWELL_BRANCH = 570  # the first branch with SM100/SM120 support
 RECOMMENDED_BRANCH = 580
@@ -165,3 +166,42 @@ def nccl_recommendations(facts: GpuFacts, iommu_fixed: bool, cmdline: str = "") 
     else:
         reason = f"{facts.count} PCIe GPU(s): no peer-to-peer settings needed"
     return {"env": {}, "vllm_args": [], "sglang_args": [], "reason": reason}
+
+
+# The oldest driver branch each CUDA major release runs on (NVIDIA's CUDA release notes, table 3).
+CUDA_MIN_DRIVER_BRANCH = {12: 525, 13: 580}
+
+
+def cuda_toolkit_problems(version: str, package_version: str, driver_version: str) -> list[str]:
+    """The CUDA toolkit the cuda_toolkit role is about to install, against the release and the driver."""
+    found: list[str] = []
+    if not re.match(rf"^{re.escape(version)}[.][0-9]+-[0-9]+$", package_version):
+        found.append(f"cuda_toolkit_package_version {package_version} is not a CUDA {version} release")
+    major = int(version.split(".", maxsplit=1)[0])
+    need = CUDA_MIN_DRIVER_BRANCH.get(major, max(CUDA_MIN_DRIVER_BRANCH.values()))
+    if driver_version and int(driver_version.split(".", maxsplit=1)[0]) < need:
+        found.append(f"CUDA {version} needs driver R{need} or newer, but the driver is {driver_version}; "
+                     f"install R{need} (nvidia_driver_branch: {need}) or pick cuda_toolkit_version 12.9")  # fmt: skip
+    return found
+
+
+def installed_driver_problems(
+    smi_rc: int, smi_stdout: str, smi_stderr: str, *, version: str, expected_gpus: int, open_modules: bool,
+    nvrm_text: str, version_file: str, may_be_silent: bool,
+) -> list[str]:  # fmt: skip
+    """What nvidia-smi and the kernel say after the nvidia_driver role installed the pinned driver."""
+    if smi_rc != 0:
+        if may_be_silent:  # the new driver loads at the reboot; a dry run may not have installed it
+            return []
+        return [f"nvidia-smi does not answer: {smi_stderr.strip()}; check dmesg for NVRM errors"]
+    rows = query_gpu_rows(smi_stdout)
+    found: list[str] = []
+    reported = sorted({row.get("driver_version", "") for row in rows})
+    if reported != [version]:
+        found.append(f"nvidia-smi reports driver {', '.join(reported)}, not the pinned {version}")
+    if expected_gpus > 0 and len(rows) != expected_gpus:
+        found.append(f"nvidia-smi lists {len(rows)} GPUs, expected {expected_gpus}")
+    if open_modules and nvrm_text and "Open Kernel Module" not in nvrm_text:
+        first = nvrm_text.splitlines()[0] if nvrm_text.splitlines() else ""
+        found.append(f"the loaded kernel module is not the open one ({version_file}: {first})")
+    return found

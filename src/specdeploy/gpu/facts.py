@@ -198,6 +198,17 @@ def _csv_rows(text: str, fields: Sequence[str], first_field: str) -> tuple[list[
     return list(fields), rows
 
 
+def query_gpu_command(smi: str = "nvidia-smi") -> list[str]:
+    """The one --query-gpu command every phase runs (preflight, nvidia_driver, cuda_toolkit, container_runtime)."""
+    return [smi, f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", f"--format={CSV_FORMAT}"]
+
+
+def query_gpu_rows(text: str) -> list[dict[str, str]]:
+    """Each GPU's --query-gpu answer by field name (never by position)."""
+    names, rows = _csv_rows(text, QUERY_GPU_FIELDS, "index")
+    return [dict(zip(names, cells, strict=False)) for cells in rows]
+
+
 def parse_query_gpu_csv(text: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> tuple[Gpu, ...]:
     """GPUs from `nvidia-smi --query-gpu=<fields> --format=csv[,noheader][,nounits]`."""
     names, rows = _csv_rows(text, fields, "index")
