@@ -3,7 +3,7 @@
 No model hub: random weights, a byte-level BPE tokenizer trained here. With `always_accept`,
 the output layers of both are zeroed, so both always pick the same token and the drafter's
 proposals are really accepted (acceptance > 0 is then testable). Shapes are fixed by the CPU
-MLA decode kernel (latent 576 = kv_lora_rank 512 + qk_rope_head_dim 64); see ENGINE_FACTS.md.
+MLA decode kernel (latent 576 = kv_lora_rank 512 + qk_rope_head_dim 64); see ../shared/ENGINE_FACTS.md.
 
 Run with the engine's python:  python -m specdeploy.engine_side.tiny_models OUT [--always-accept]
 """

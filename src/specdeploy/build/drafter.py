@@ -13,7 +13,8 @@ from typing import Any
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <relative path>" per line
 LLAMA_EAGLE3 = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 MLA_EAGLE3 = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-MLA_EAGLE3_VLLM = (0, 18)  # vLLM loads MLA EAGLE-3 drafters from 0.18 (ENGINE_FACTS.md); before, Llama-style only
+# vLLM loads MLA EAGLE-3 drafters from 0.18 (../shared/ENGINE_FACTS.md); before, Llama-style only.
+MLA_EAGLE3_VLLM = (0, 18)
 
 
 def drafter_kind(config: Mapping[str, Any]) -> str | None:

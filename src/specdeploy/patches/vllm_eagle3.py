@@ -1,6 +1,6 @@
 """EAGLE-3 for DeepSeek-V3 / Kimi-K2.5 targets on vLLM 0.16.x and 0.17.x.
 
-Those releases refuse the pairing in three places (see ENGINE_FACTS.md): the target whitelist
+Those releases refuse the pairing in three places (../shared/ENGINE_FACTS.md): the target whitelist
 in SpeculativeConfig, the missing SupportsEagle3 interface (and aux hidden-state capture) on
 DeepseekV2ForCausalLM, and a Kimi-K2.5 wrapper that does not delegate. 0.18.0 made all three
 native; the codemods below make the same structural change on the older sources.

@@ -129,7 +129,7 @@ class ServingConfig:
         if self.max_model_len:
             cmd += ["--context-length", str(self.max_model_len)]
         if self.speculative_method == "eagle3":
-            # All three of steps/topk/draft-tokens or none (ENGINE_FACTS.md); a chain: topk 1.
+            # All three of steps/topk/draft-tokens or none (../shared/ENGINE_FACTS.md); a chain: topk 1.
             n = self.num_speculative_tokens
             cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", self.drafter_path,
                     "--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
