@@ -278,7 +278,10 @@ def test_vllm_cuda_image_from_pypi_supports_eagle3(
     assert not cached, f"not built cold, these steps came from the cache: {cached}"
     for line in (*PATCH_LINES[version], *COMMON_LINES):
         assert line in log, f"{line!r} is not in the build log:\n{log[-4000:]}"
-    assert f"EAGLE-3 drafters are accepted for deepseek_v3, kimi_k2 and kimi_k25 targets (vllm {version})" in log
+    assert (
+        f"EAGLE-3 drafters are accepted for deepseek_v3, kimi_k2 and kimi_k25 targets by the source (vllm {version};"
+        in log
+    )
 
     labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", slot.tag).stdout)
     assert labels["io.specdeploy.profile"] == "vllm-cuda"

@@ -70,17 +70,18 @@ def test_patched_release_applies_verifies_and_reapplies_as_noop(copy_of, version
 
     code, applied, err = patch("apply", site)
     assert code == 0, err
-    assert len(applied["changed"]) == 3
+    assert len(applied["changed"]) == 4  # the target side (3 files) and the drafter side
     manifest = json.loads((site / MANIFEST).read_text())
     assert manifest["engine_version"] == version and manifest["digest"].startswith("sha256:")
     assert [p["name"] for p in manifest["patches"]] == [
         "eagle3-target-whitelist", "deepseek-v2-supports-eagle3", "kimi-k25-delegates-eagle3",
+        "drafter-kimi-k25-placeholder",
     ]  # fmt: skip
 
     code, verified, err = patch("verify", site)
     assert code == 0, err
     assert verified["accepted"] and verified["findings"] == []
-    assert len(verified["checks"]) == 3
+    assert len(verified["checks"]) == 4
 
     snapshot = tree_digest(site)
     code, again, err = patch("apply", site)
@@ -225,3 +226,28 @@ def test_sglang_pinned_release_is_native_and_captures_eagle3_layers(copy_of):
     code, verified, _ = patch("verify", site, engine="sglang")
     assert code == 1
     assert any("kimi_k25.py:" in f and "set_eagle3_layers_to_capture" in f for f in verified["findings"])
+
+
+@pytest.mark.parametrize("rel", PATCHED)
+def test_the_drafter_side_gives_kimi_k25_its_placeholder_token(copy_of, rel):
+    """The proposer's real multimodal branch, run on the real KimiK25Config: an AttributeError on the
+    release as shipped (the drafter would die after the whole target load), the placeholder token
+    once patched; `verify` checks the edit in the AST and runs the same probe."""
+    from specdeploy.patches import engine_install, verify  # noqa: PLC0415
+    from tests.e2e.engine import engine_python, ensure_engine_venv  # noqa: PLC0415
+
+    ensure_engine_venv()  # an interpreter with transformers (the probe needs no torch, no GPU)
+    python = str(engine_python())
+    site = copy_of(rel)
+    shipped: list = []
+    outcome = verify.drafter_probe(engine_install.detect("vllm", site), python, shipped)
+    assert outcome.startswith("failed: AttributeError:") and "image_token_index" in outcome, outcome
+
+    code, result, err = patch("apply", site)
+    assert code == 0, err
+    assert "vllm/v1/spec_decode/eagle.py" in result["changed"], result
+    code, report, err = patch("verify", site, "--python", python)
+    assert report["drafter_probe"].startswith("passed (the drafter gets image token 163605"), report
+    assert any("media_placeholder_token_id to the drafter" in c for c in report["checks"]), report["checks"]
+    assert any(line.startswith("interface probe: passed") for line in report["proof"]), report["proof"]
+    assert "runtime capture: not run by verify" in " ".join(report["proof"])

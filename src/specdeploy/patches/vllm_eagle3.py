@@ -2,8 +2,11 @@
 
 Those releases refuse the pairing in three places (../shared/ENGINE_FACTS.md): the target whitelist
 in SpeculativeConfig, the missing SupportsEagle3 interface (and aux hidden-state capture) on
-DeepseekV2ForCausalLM, and a Kimi-K2.5 wrapper that does not delegate. 0.18.0 made all three
-native; the codemods below make the same structural change on the older sources.
+DeepseekV2ForCausalLM, and a Kimi-K2.5 wrapper that does not delegate. On the drafter side, the
+proposer's load_model gives a multimodal target's image token to the drafter through an if-chain
+whose fallback reads `config.image_token_index`, which KimiK25Config does not have: the drafter
+would fail to load after the whole target had loaded. 0.18.0 made all four native; the codemods
+below make the same structural change on the older sources.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ WHITELIST_NAMES = ("eagle3_target_supported", "aux_hidden_states_supported")
 SPECULATIVE_CONFIG = "vllm/config/speculative.py"
 DEEPSEEK_V2 = "vllm/model_executor/models/deepseek_v2.py"
 KIMI_K25 = "vllm/model_executor/models/kimi_k25.py"
+EAGLE_PROPOSER = "vllm/v1/spec_decode/eagle.py"
+PROPOSER_CLASS = "SpecDecodeBaseProposer"
+KIMI_WRAPPER = "KimiK25ForConditionalGeneration"
+# The branch 0.18 added, in the same if-chain: Kimi-K2.5's placeholder token is its image token.
+KIMI_PLACEHOLDER_BRANCH = f"""
+if self.get_model_name(target_model) == "{KIMI_WRAPPER}":
+    self.model.config.image_token_index = target_model.config.media_placeholder_token_id
+"""
 
 AUX_LAYER_METHODS = """
 def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:
@@ -163,3 +174,30 @@ def kimi_k25_delegates_eagle3(module: cst.Module, anchors: Anchors) -> cst.Modul
     if not m.findall(init, m.AssignTarget(m.Attribute(m.Name("self"), m.Name("language_model")))):
         raise anchors.missing("KimiK25ForConditionalGeneration.__init__: `self.language_model = ...`")
     return _replace(module, wrapper, add_methods(add_base(wrapper, "SupportsEagle3"), DELEGATING_METHODS))
+
+
+def _is_model_name_chain(node: cst.CSTNode) -> bool:
+    """`if self.get_model_name(target_model) ...:` (the multimodal branch's if-chain)."""
+    call = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("get_model_name")))
+    return m.matches(node, m.If(test=m.Comparison(left=call)))
+
+
+def _with_branch_before_else(chain: cst.If, branch: cst.If, anchors: Anchors) -> cst.If:
+    if isinstance(chain.orelse, cst.If):
+        return chain.with_changes(orelse=_with_branch_before_else(chain.orelse, branch, anchors))
+    if isinstance(chain.orelse, cst.Else) and mentions_attribute(chain.orelse, "image_token_index"):
+        return chain.with_changes(orelse=branch.with_changes(orelse=chain.orelse))
+    raise anchors.missing(f"{PROPOSER_CLASS}.load_model: the `else:` that reads config.image_token_index")
+
+
+def drafter_knows_kimi_k25_placeholder(module: cst.Module, anchors: Anchors) -> cst.Module:
+    proposer = anchors.top_class(module, PROPOSER_CLASS)
+    load = anchors.method(proposer, "load_model")
+    chains = [n for n in m.findall(load, m.If()) if _is_model_name_chain(n)]
+    if not chains:
+        raise anchors.missing(f"{PROPOSER_CLASS}.load_model: `if self.get_model_name(target_model) ...` chain")
+    chain = cast(cst.If, chains[0])  # findall walks outside in: the chain's head comes first
+    if m.findall(chain, m.SimpleString(f'"{KIMI_WRAPPER}"')):
+        return module  # already there (0.18 has it natively)
+    branch = cast(cst.If, statement(KIMI_PLACEHOLDER_BRANCH))
+    return _replace(module, chain, _with_branch_before_else(chain, branch, anchors))
