@@ -108,6 +108,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "specdeploy_pin": pin,
+            "specdeploy_remote_code_warnings": serving_variables.remote_code_warnings,
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_serving_problems": serving_problems,
             "specdeploy_serving_variable_problems": serving_variable_problems,

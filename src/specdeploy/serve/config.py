@@ -53,6 +53,11 @@ class ServingConfig:
     # Preflight's GPU peer-to-peer verdict (gpu.checks.nccl_recommendations: env, vllm_args,
     # sglang_args, reason), applied as given: the rule lives there once. {}: no GPUs were read.
     nccl: dict[str, Any] = field(default_factory=dict)
+    # Models with custom code (config.json `auto_map`: Kimi-K2.5's config and tokenizer) and the
+    # chat parsers the model card asks for; both engines register `kimi_k2` for tools and reasoning.
+    trust_remote_code: bool = False
+    tool_call_parser: str = ""
+    reasoning_parser: str = ""
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -69,6 +74,8 @@ class ServingConfig:
             if name in known:
                 known[name] = int(known[name])
         known["nccl"] = dict(known.get("nccl") or {})
+        if "trust_remote_code" in known:
+            known["trust_remote_code"] = str(known["trust_remote_code"]).lower() in ("true", "1", "yes")
         return cls(**known)
 
     def problems(self) -> list[str]:
@@ -120,7 +127,15 @@ class ServingConfig:
             spec = {"method": "eagle3", "model": self.drafter_path,
                     "num_speculative_tokens": self.num_speculative_tokens, "draft_tensor_parallel_size": 1}  # fmt: skip
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        return [*cmd, *(str(a) for a in self.nccl.get("vllm_args", [])), *self.extra_args]
+        if self.tool_call_parser:
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("vllm_args", [])), *self.extra_args]
+
+    def _model_code_args(self) -> list[str]:
+        """The same flag names on both engines."""
+        args = ["--trust-remote-code"] if self.trust_remote_code else []
+        args += ["--reasoning-parser", self.reasoning_parser] if self.reasoning_parser else []
+        return args
 
     def _sglang(self) -> list[str]:
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_MOUNT,
@@ -134,7 +149,10 @@ class ServingConfig:
             cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", self.drafter_path,
                     "--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
                     "--speculative-num-draft-tokens", str(n + 1)]  # fmt: skip
-        return [*cmd, *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]
+        if self.tool_call_parser:
+            cmd += ["--tool-call-parser", self.tool_call_parser]
+        return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("sglang_args", [])),
+                *self.extra_args]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
         env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()}, **self.env}

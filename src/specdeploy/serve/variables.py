@@ -5,6 +5,7 @@ allowed, so the fix is one edit away."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +67,17 @@ def absolute_path(value: Any) -> str | None:
 
 def name(value: Any) -> str | None:
     return None if isinstance(value, str) and re.fullmatch(r"[\w.:/-]+", value) else "a name without spaces"
+
+
+def parser_name(value: Any) -> str | None:
+    """A parser as the engines register it (kimi_k2, deepseek_v3, ...), or empty for none."""
+    if value in ("", None):
+        return None
+    return (
+        None
+        if isinstance(value, str) and re.fullmatch(r"[a-z0-9_]{1,40}", value)
+        else (f"{value!r} is not a parser name (lowercase letters, digits, _; e.g. kimi_k2), or empty for none")
+    )
 
 
 def size(value: Any) -> str | None:
@@ -138,6 +150,9 @@ RULES: dict[str, Check] = {
     "serving_state_dir": absolute_path,
     "serving_warm_page_cache": boolean,
     "serving_iommu_acs_fixed": boolean,
+    "serving_trust_remote_code": boolean,
+    "serving_tool_call_parser": parser_name,
+    "serving_reasoning_parser": parser_name,
 }
 
 
@@ -153,3 +168,20 @@ def problems(values: Mapping[str, Any]) -> list[str]:
             shown = "(not shown)" if secret or isinstance(values[variable], Mapping) else repr(values[variable])
             out.append(f"{variable}={shown[:120]}: must be {allowed}")
     return out
+
+
+def remote_code_warnings(config_text: str | None, trust_remote_code: bool) -> list[str]:
+    """A model folder whose config.json maps classes to its own code (auto_map) loads only with
+    --trust-remote-code; without it the engine fails late, after the image build and the rollout."""
+    if not config_text or trust_remote_code:
+        return []
+    try:
+        config = json.loads(config_text)
+    except json.JSONDecodeError:
+        return []
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if not auto_map:
+        return []
+    return [f"the model's config.json maps {', '.join(sorted(auto_map))} to custom code (auto_map), but "
+            "serving_trust_remote_code is false: the engine will refuse to load it; set serving_trust_remote_code: "
+            "true if you trust the model's code"]  # fmt: skip

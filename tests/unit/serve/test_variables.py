@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,36 @@ def test_the_engine_arguments_follow_the_p2p_verdict_of_gpu_checks():
         for kept in (ServingConfig.from_vars({**base, "nccl": on}), ServingConfig.from_vars(base)):
             assert "--disable-custom-all-reduce" not in kept.command()
             assert "NCCL_P2P_DISABLE" not in kept.environment()
+
+
+def test_the_example_inventory_serves_kimi_k25_as_its_model_card_asks():
+    """Rendered for both pinned engines: remote code trusted, the kimi_k2 tool-call and reasoning parsers."""
+    from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
+
+    example = yaml.safe_load((Path(__file__).parents[3] / "inventories/example-8gpu/group_vars/all.yml").read_text())
+    serving = {k: v for k, v in example.items() if k.startswith("serving_")}
+    assert problems(serving) == [], problems(serving)
+    fields = {k.removeprefix("serving_"): v for k, v in serving.items()}
+    for engine in ("vllm", "sglang"):
+        cmd = ServingConfig.from_vars({**fields, "engine": engine, "image": "i"}).command()
+        assert "--trust-remote-code" in cmd, (engine, cmd)
+        assert cmd[cmd.index("--tool-call-parser") + 1] == "kimi_k2", (engine, cmd)
+        assert cmd[cmd.index("--reasoning-parser") + 1] == "kimi_k2", (engine, cmd)
+        assert cmd[cmd.index("--tensor-parallel-size" if engine == "vllm" else "--tp-size") + 1] == "8"
+    vllm = ServingConfig.from_vars({**fields, "engine": "vllm", "image": "i"}).command()
+    assert "--enable-auto-tool-choice" in vllm  # vLLM serves tool calls only with it
+    plain = ServingConfig.from_vars({"engine": "vllm", "image": "i", "model_path": "/m", "served_model_name": "m"})
+    assert not {"--trust-remote-code", "--tool-call-parser", "--reasoning-parser"} & set(plain.command())
+    assert "not a parser name" in problems({"serving_tool_call_parser": "Kimi K2"})[0]
+
+
+def test_a_model_with_custom_code_and_no_trust_gets_a_warning():
+    from specdeploy.serve.variables import remote_code_warnings  # noqa: PLC0415
+
+    kimi = json.dumps({"architectures": ["KimiK25ForConditionalGeneration"],
+                       "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"}})  # fmt: skip
+    (warning,) = remote_code_warnings(kimi, trust_remote_code=False)
+    assert "AutoConfig" in warning and "serving_trust_remote_code: true" in warning
+    assert remote_code_warnings(kimi, trust_remote_code=True) == []
+    assert remote_code_warnings(json.dumps({"architectures": ["DeepseekV3ForCausalLM"]}), False) == []
+    assert remote_code_warnings(None, False) == [] and remote_code_warnings("not json", False) == []
