@@ -251,3 +251,21 @@ def test_the_drafter_side_gives_kimi_k25_its_placeholder_token(copy_of, rel):
     assert any("media_placeholder_token_id to the drafter" in c for c in report["checks"]), report["checks"]
     assert any(line.startswith("interface probe: passed") for line in report["proof"]), report["proof"]
     assert "runtime capture: not run by verify" in " ".join(report["proof"])
+
+
+def test_the_sglang_drafter_table_is_what_the_pinned_release_registers(sources):
+    """drafter.SGLANG_EAGLE3_ARCHITECTURES, read from the real SGLang source: the EntryClass of every
+    EAGLE-3 model module, and no reader of the speculators format."""
+    import ast  # noqa: PLC0415
+
+    from specdeploy.build import drafter  # noqa: PLC0415
+
+    models = sources("sglang", pins.SGLANG_CUDA) / "sglang" / "srt" / "models"
+    registered = set()
+    for module in models.glob("*eagle3*.py"):
+        for node in ast.parse(module.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "EntryClass" for t in node.targets):
+                registered |= {getattr(e, "id", "") for e in getattr(node.value, "elts", [node.value])}
+    assert registered == set(drafter.SGLANG_EAGLE3_ARCHITECTURES), registered
+    srt = sources("sglang", pins.SGLANG_CUDA) / "sglang" / "srt"
+    assert not any("speculators_model_type" in f.read_text(errors="replace") for f in srt.rglob("*.py"))

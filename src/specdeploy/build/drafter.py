@@ -15,6 +15,10 @@ LLAMA_EAGLE3 = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 MLA_EAGLE3 = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 # vLLM loads MLA EAGLE-3 drafters from 0.18 (../shared/ENGINE_FACTS.md); before, Llama-style only.
 MLA_EAGLE3_VLLM = (0, 18)
+# The EAGLE-3 drafter classes the pinned SGLang registers (EntryClass of sglang/srt/models/*eagle3*.py
+# in 0.5.23; tests/integration/test_patch_releases.py reads them from the real release). SGLang has no
+# reader for the speculators format.
+SGLANG_EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 
 
 def drafter_kind(config: Mapping[str, Any]) -> str | None:
@@ -56,6 +60,19 @@ def _version(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _sglang_problems(config: Mapping[str, Any], kind: str, version: str) -> list[str]:
+    known = ", ".join(SGLANG_EAGLE3_ARCHITECTURES)
+    if kind == "speculators":
+        return [f"the drafter is in the speculators format (speculators_model_type), which SGLang {version} cannot "
+                f"read: use a drafter whose config.json architectures is one of {known}"]  # fmt: skip
+    architectures = list(config.get("architectures") or [])
+    if not set(architectures) & set(SGLANG_EAGLE3_ARCHITECTURES):
+        return [f"config.json architectures {architectures} is not an EAGLE-3 drafter SGLang {version} registers "
+                f"({known}): rename it if the weights match (vLLM's "
+                "Eagle3LlamaForCausalLM is SGLang's LlamaForCausalLMEagle3), or use the vllm-cuda profile"]  # fmt: skip
+    return []
+
+
 def engine_problems(
     config: Mapping[str, Any], kind: str, engine: tuple[str, str] | None, target: Mapping[str, Any] | None
 ) -> list[str]:
@@ -66,6 +83,8 @@ def engine_problems(
         found.append(f"the MLA EAGLE-3 drafter ({', '.join(config.get('architectures') or [])}) loads only on vLLM "
                      f">= {'.'.join(map(str, MLA_EAGLE3_VLLM))}, and this image has vLLM {version}: use a Llama-style "
                      "EAGLE-3 drafter, or a profile with a newer vLLM")  # fmt: skip
+    if name == "sglang":
+        found += _sglang_problems(config, kind, version)
     ids = _aux_layer_ids(config)
     if ids is not None:
         layers = target.get("num_hidden_layers") if target else None

@@ -118,3 +118,15 @@ def test_drafter_checked_against_the_engine_version_and_the_target_layers():
         assert f"eagle_aux_hidden_state_layer_ids {ids}" in bad and "1 … 3" in bad
     nested = {**MLA, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0]}}
     assert any("layer 0 has no residual" in p for p in drafter.problems(json.dumps(nested), manifest, files, target))
+
+
+def test_drafters_the_pinned_sglang_cannot_load_are_refused_with_the_fix():
+    sglang = ("sglang", "0.5.23")
+    mla = {**MLA, "eagle_aux_hidden_state_layer_ids": [1, 2]}
+    assert drafter.engine_problems(mla, "mla-eagle3", sglang, None) == []  # SGLang has the MLA drafter
+    vllm_named = {"architectures": ["Eagle3LlamaForCausalLM"], "hidden_size": 64}
+    (renamed,) = drafter.engine_problems(vllm_named, "llama-eagle3", sglang, None)
+    assert "Eagle3LlamaForCausalLM" in renamed and "LlamaForCausalLMEagle3" in renamed and "0.5.23" in renamed
+    (speculators,) = drafter.engine_problems({"speculators_model_type": "eagle3"}, "speculators", sglang, None)
+    assert "speculators format" in speculators and "cannot read" in speculators
+    assert drafter.engine_problems(vllm_named, "llama-eagle3", ("vllm", "0.33.0"), None) == []
