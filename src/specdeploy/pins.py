@@ -12,7 +12,6 @@ PINS: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "pins.yaml").read
 VLLM_CUDA: str = PINS["engines"]["vllm_cuda"]
 VLLM_CPU: str = PINS["engines"]["vllm_cpu"]
 SGLANG_CUDA: str = PINS["engines"]["sglang_cuda"]
-SGL_KERNEL: str = PINS["engines"]["sgl_kernel"]
 PY_SPY: str = PINS["tools"]["py_spy"]
 CUOBJDUMP: str = PINS["tools"]["cuobjdump"]
 HOST: dict[str, Any] = PINS["host"]

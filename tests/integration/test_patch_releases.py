@@ -269,3 +269,19 @@ def test_the_sglang_drafter_table_is_what_the_pinned_release_registers(sources):
     assert registered == set(drafter.SGLANG_EAGLE3_ARCHITECTURES), registered
     srt = sources("sglang", pins.SGLANG_CUDA) / "sglang" / "srt"
     assert not any("speculators_model_type" in f.read_text(errors="replace") for f in srt.rglob("*.py"))
+
+
+def test_the_sglang_kernel_comes_from_the_pinned_sglangs_own_metadata():
+    """SGLang 0.5.23 requires sglang-kernel==0.4.10 (not the old sgl-kernel pin); the build stage
+    keeps or rebuilds exactly that, from SGLang's source at the same tag."""
+    from specdeploy.build import dockerfile, profiles  # noqa: PLC0415
+
+    prof = profiles.profile("sglang-cuda")
+    requirement = profiles.sglang_kernel_requirement(prof)
+    assert requirement == "sglang-kernel==0.4.10", requirement
+    digest = "sha256:" + "1" * 64
+    text = dockerfile.render(prof, patch_digest=digest, drafter_digest=digest, base_digest=digest,
+                             sgl_kernel_requirement=requirement)  # fmt: skip
+    assert "sglang-kernel==0.4.10 (what SGLang 0.5.23 requires)" in text
+    assert "git clone --depth 1 --branch v0.5.23 https://github.com/sgl-project/sglang" in text
+    assert "sglang-source/sglang.tar.gz" in text and "--no-binary" not in text  # no sdist exists on the index

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from specdeploy import __version__, pins
-from specdeploy.build import source, wheels
+from specdeploy.build import profiles, source, wheels
 from specdeploy.build.profiles import (
     DIGEST,
     DRAFTER_DIR,
@@ -37,6 +37,7 @@ def render(
     base_digest: str | None = None,
     sgl_kernel_build: str = "auto",
     base: PipBase | None = None,
+    sgl_kernel_requirement: str | None = None,
 ) -> str:
     """The Dockerfile. With BASE, PROF is first turned into its pip_profile()."""
     if base is not None:
@@ -64,7 +65,7 @@ def render(
         engine_requirements=prof.engine_requirements,
         unwanted_packages=prof.unwanted_packages,
         sgl_kernel_build=sgl_kernel_build if prof.engine == "sglang" else "never",
-        sgl_kernel_version=pins.SGL_KERNEL,
+        sgl_kernel_requirement=sgl_kernel_requirement or "sglang-kernel",
         sgl_kernel_max_jobs=2,
         system_packages=prof.system_packages,
         engine_python=prof.engine_python,
@@ -102,6 +103,7 @@ def prepare_context(
         base_digest=base_digest,
         sgl_kernel_build=sgl_kernel_build,
         base=base,
+        sgl_kernel_requirement=profiles.sglang_kernel_requirement(built) if built.engine == "sglang" else None,
     )
     prof = built
     dest.mkdir(parents=True, exist_ok=True)
@@ -128,6 +130,8 @@ def prepare_context(
                 [f"nvidia-cuda-cuobjdump=={pins.CUOBJDUMP}"], dest / "tools-wheelhouse", prof.python_version
             )
         marker.write_text(wanted)
+    if prof.engine == "sglang":
+        (dest / "sglang-source").mkdir(exist_ok=True)  # an operator's sglang.tar.gz goes here (air-gapped)
     # Everything the build reads but the drafter (whose digest is in the Dockerfile's labels): an
     # image labelled with this digest needs no rebuild, and its context no new copy. The specdeploy
     # package counts by its source digest (or the given wheel's bytes), so no wheel is built to hash.

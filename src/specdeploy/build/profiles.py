@@ -141,6 +141,17 @@ def _pinned(distribution: str, version: str, requirement: str) -> str | None:
     return None
 
 
+def sglang_kernel_requirement(prof: Profile) -> str:
+    """The kernel package and version the pinned SGLang's own metadata requires (sglang-kernel==X;
+    older releases named it sgl-kernel). The import name stays sgl_kernel."""
+    for name in ("sglang-kernel", "sgl-kernel"):
+        pinned = _pinned(prof.distribution, prof.version, name)
+        if pinned:
+            return pinned
+    raise SpecdeployError(f"SGLang {prof.version}'s metadata pins no sglang-kernel/sgl-kernel version",
+                          hint="check the release, then extend profiles.sglang_kernel_requirement")  # fmt: skip
+
+
 def pip_profile(prof: Profile, base: PipBase) -> Profile:
     """PROF (vllm-cuda) installed with pip onto BASE.image instead of the official image."""
     if prof.engine != "vllm" or not prof.gpu:
