@@ -58,6 +58,10 @@ class ServingConfig:
     trust_remote_code: bool = False
     tool_call_parser: str = ""
     reasoning_parser: str = ""
+    # SGLang on SM120: sglang-kernel's FA3/FlashMLA libraries carry no sm_120 code
+    # (build.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
+    attention_backend: str = ""
+    draft_attention_backend: str = ""
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -105,6 +109,9 @@ class ServingConfig:
                 f"the API binds {self.bind_address}, off loopback, without an API key: set serving_api_key "
                 "(from ansible-vault: ansible-vault encrypt_string --name serving_api_key)"
             )
+        if self.engine == "vllm" and (self.attention_backend or self.draft_attention_backend):
+            out.append("serving_attention_backend / serving_draft_attention_backend are SGLang's flags; for vLLM set "
+                       "serving_env: {VLLM_ATTENTION_BACKEND: ...}")  # fmt: skip
         if any("api-key" in arg for arg in self.extra_args):
             out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
         return out
@@ -151,6 +158,10 @@ class ServingConfig:
                     "--speculative-num-draft-tokens", str(n + 1)]  # fmt: skip
         if self.tool_call_parser:
             cmd += ["--tool-call-parser", self.tool_call_parser]
+        if self.attention_backend:
+            cmd += ["--attention-backend", self.attention_backend]
+        if self.draft_attention_backend and self.speculative_method == "eagle3":
+            cmd += ["--speculative-draft-attention-backend", self.draft_attention_backend]
         return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("sglang_args", [])),
                 *self.extra_args]  # fmt: skip
 

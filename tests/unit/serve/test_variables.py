@@ -124,3 +124,15 @@ def test_a_model_with_custom_code_and_no_trust_gets_a_warning():
     assert remote_code_warnings(kimi, trust_remote_code=True) == []
     assert remote_code_warnings(json.dumps({"architectures": ["DeepseekV3ForCausalLM"]}), False) == []
     assert remote_code_warnings(None, False) == [] and remote_code_warnings("not json", False) == []
+
+
+def test_sglang_attention_backends_for_sm120_render_and_vllm_refuses_them():
+    from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
+
+    base = {"image": "i", "model_path": "/m", "served_model_name": "m", "attention_backend": "triton",
+            "draft_attention_backend": "triton"}  # fmt: skip
+    cmd = ServingConfig.from_vars({**base, "engine": "sglang"}).command()
+    assert cmd[cmd.index("--attention-backend") + 1] == "triton"
+    assert cmd[cmd.index("--speculative-draft-attention-backend") + 1] == "triton"
+    (problem,) = ServingConfig.from_vars({**base, "engine": "vllm"}).problems()
+    assert "SGLang's flags" in problem and "VLLM_ATTENTION_BACKEND" in problem
