@@ -220,3 +220,23 @@ def test_record_history_names_each_phase(tmp_path):
     host = Host(tmp_path)
     host.deploy("v1")
     assert host.store.phases == ["warming", "stopping-old", "starting-new", "watching", "promoting", "done"]
+
+
+def test_removing_a_container_that_vanished_meanwhile_is_done_not_an_error():
+    """Found by make test-faults: a rerun after a controller SIGKILL looked a container up, and it was
+    gone when the removal reached dockerd (404). Removal is idempotent."""
+    from docker.errors import NotFound  # noqa: PLC0415
+
+    from specdeploy.serve import rollout as module  # noqa: PLC0415
+
+    class Vanishing:
+        def remove(self, force: bool = False) -> None:
+            raise NotFound("No such container: 6114630a7a5b")
+
+    class Client:
+        class containers:
+            @staticmethod
+            def get(name: str) -> Vanishing:
+                return Vanishing()
+
+    module._remove(Client(), "specdeploy-engine-older")  # type: ignore[arg-type]
