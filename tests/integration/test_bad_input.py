@@ -54,7 +54,8 @@ def test_missing_docker_permission_on_the_controller(testbed_up):
     # this venv's packages, since the venv's interpreter may sit under root's home.
     env = {
         "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), sysconfig.get_paths()["purelib"]]),
+        # The test bed's package too: PYTHONPATH folders get no .pth (editable install) processing.
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "testbed"), sysconfig.get_paths()["purelib"]]),
         "HOME": "/tmp",
     }
     proc = subprocess.run(
