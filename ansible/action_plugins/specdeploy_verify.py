@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 from specdeploy import verify
 from specdeploy.actions import SpecdeployAction
 
-_OUTCOME = re.compile(r"^(?P<node>check_\w+\.py::\w+) (?P<outcome>PASSED|FAILED|SKIPPED|ERROR)")
+# check_serving.py::test_api_port_answers[ssh://testbed-1] PASSED [ 85%]
+_OUTCOME = re.compile(r"^(?P<node>check_\w+\.py::\w+)(?:\[[^\]]*\])? (?P<outcome>PASSED|FAILED|SKIPPED|ERROR)")
 _SUMMARY = re.compile(r"^=+ (?P<summary>.*(?:passed|failed|error|skipped).*) =+$")
 
 
@@ -31,4 +32,5 @@ class ActionModule(SpecdeployAction):
             return {"failed": True, "changed": False, "checks": outcomes,
                     "msg": f"verify: {summary}; failed: {', '.join(failed) or proc.stderr[-500:]}",
                     "reasons": reasons}  # fmt: skip
+        self.say(f"verify: {summary}")
         return {"changed": False, "checks": outcomes, "msg": f"verify: {summary}"}
