@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from specdeploy.build import buildlog, dockerfile, drafter, profiles
+from specdeploy.build import buildlog, dockerfile, drafter, profiles, source
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.paths import state_dir
 from specdeploy_testbed import testbed
@@ -133,7 +133,8 @@ def main() -> None:
     context = work / "context"
     # One specdeploy wheel for both builds: the checkout may change under a 10-minute run, and
     # only the drafter may differ between the two contexts.
-    wheel = profiles.build_specdeploy_wheel(work / "wheel")
+    (work / "wheel").mkdir(parents=True, exist_ok=True)
+    wheel = Path(shutil.copy2(source.specdeploy_wheel(), work / "wheel"))
     base, cold_tag, warm_tag = (f"{REPOSITORY}:{name}" for name in ("base", "cold", "drafter-changed"))
     outputs: list[str] = []
     try:
