@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
 from specdeploy.build import dockerfile, profiles
-from specdeploy.paths import state_dir
 
 
 class ActionModule(SpecdeployAction):
@@ -23,8 +22,7 @@ class ActionModule(SpecdeployAction):
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         prof = profiles.profile(args["profile"])
-        # One context per profile and drafter, so hosts building different drafters never share one.
-        dest = state_dir() / "build" / f"{prof.name}-{args['drafter_digest'][7:19]}"
+        dest = dockerfile.context_dir(prof, args["drafter_digest"])
         info = dockerfile.prepare_context(
             prof,
             dest,

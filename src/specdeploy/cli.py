@@ -212,9 +212,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         )
         print(text, end="")
         return 0
-    # One context per profile and drafter, so hosts building different drafters never share one.
-    name = prof.name if base is None else f"{prof.name}-pip-{built.version}"
-    dest = Path(args.dest) if args.dest else state_dir() / "build" / f"{name}-{args.drafter_digest[7:19]}"
+    dest = Path(args.dest) if args.dest else dockerfile.context_dir(prof, args.drafter_digest, base)
     result = dockerfile.prepare_context(
         prof,
         dest,

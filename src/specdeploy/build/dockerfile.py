@@ -27,6 +27,7 @@ from specdeploy.build.profiles import (
     pip_profile,
 )
 from specdeploy.errors import SpecdeployError
+from specdeploy.paths import state_dir
 
 
 def render(
@@ -79,6 +80,12 @@ def render(
         drafter_digest=drafter_digest,
         drafter_dir=DRAFTER_DIR,
     )
+
+
+def context_dir(prof: Profile, drafter_digest: str, base: PipBase | None = None) -> Path:
+    """One context per profile and drafter, so hosts building different drafters never share one."""
+    name = prof.name if base is None else f"{prof.name}-pip-{pip_profile(prof, base).version}"
+    return state_dir() / "build" / f"{name}-{drafter_digest[7:19]}"
 
 
 def prepare_context(
