@@ -107,7 +107,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 1
     err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
     on = f" HOST={args.host}" if args.host else ""
-    err.print(f"next: make endpoint{on} (the API here)   make verify{on}   make logs{on}   make status{on}   "
+    err.print(f"next: make verify{on}   make endpoint{on} (the API here)   make logs{on}   make status{on}   "
               f"make rollback{on}")  # fmt: skip
     return 0
 
