@@ -18,10 +18,9 @@ class ActionModule(SpecdeployAction):
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
-        names = [k for k in self.task_vars if k.startswith(verify.CHECKED_PREFIXES)]
-        variables = {
-            k: self._templar.template(self.task_vars[k]) for k in verify.checked_variables(dict.fromkeys(names))
-        }
+        # Only the names the checks read are templated: a secret is never resolved here.
+        names = verify.checked_variables(dict.fromkeys(self.task_vars))
+        variables = {k: self._templar.template(self.task_vars[k]) for k in names}
         proc = verify.run([verify.HostUnderCheck(self.host_name, self.connection, variables)], capture=True)
         lines = proc.stdout.splitlines()
         outcomes = {m["node"]: m["outcome"] for line in lines if (m := _OUTCOME.match(line))}

@@ -2,7 +2,7 @@
 and call `act`; the rules live in the domain packages.
 
 - Arguments are validated against ARGUMENTS (Ansible's own argument-spec validator, so types,
-  choices and defaults behave as in modules); options with `no_log` are hidden in the result.
+  choices and defaults behave as in modules).
 - Secrets are never task arguments: `secret()` reads a variable (from ansible-vault) by name, so it
   appears in no task result, log line or -v output.
 - One HostConnection per task: SSH settings as Ansible has them, one Docker client, the forward.

@@ -37,7 +37,10 @@ class HostUnderCheck:
 
 
 def checked_variables(hostvars: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in hostvars.items() if k.startswith(CHECKED_PREFIXES) and not _SECRET.search(k)}
+    """The non-secret variables the checks read. A value still holding Jinja (`ansible-inventory
+    --list` does not template) is left out: the checks then use what the deploy recorded."""
+    return {k: v for k, v in hostvars.items() if k.startswith(CHECKED_PREFIXES) and not _SECRET.search(k)
+            and not (isinstance(v, str) and "{{" in v)}  # fmt: skip
 
 
 def ssh_config(hosts: list[HostUnderCheck], control_dir: Path) -> str:

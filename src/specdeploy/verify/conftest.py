@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,4 +20,4 @@ def hostvars(host: Host) -> dict[str, Any]:
     if not path:
         return {}
     name = host.backend.get_hostname()
-    return dict(json.loads(open(path).read()).get(name, {}))
+    return dict(json.loads(Path(path).read_text()).get(name, {}))

@@ -28,3 +28,11 @@ def test_every_pinned_role_variable_reads_pins_yaml():
     defaults = _role_defaults()
     for name in pins.HOST:
         assert defaults[name] == f"{{{{ '{name}' | specdeploy_pin }}}}", name
+
+
+def test_the_checks_get_no_secret_and_no_untemplated_value():
+    from specdeploy.verify import checked_variables  # noqa: PLC0415
+
+    hostvars = {"serving_api_key": "s3cret", "serving_port": 8000, "ansible_password": "x",
+                "engine_image_profile": "{{ specdeploy_engine }}-cuda", "engine_image_drafter_path": "/d"}  # fmt: skip
+    assert checked_variables(hostvars) == {"serving_port": 8000, "engine_image_drafter_path": "/d"}
