@@ -1,11 +1,18 @@
-"""A tiny DeepSeek-V3-architecture target and a matching MLA EAGLE-3 drafter, made locally.
+"""Tiny targets and a matching MLA EAGLE-3 drafter, made locally (no model hub).
 
-No model hub: random weights, a byte-level BPE tokenizer trained here. With `always_accept`,
-the output layers of both are zeroed, so both always pick the same token and the drafter's
-proposals are really accepted (acceptance > 0 is then testable). Shapes are fixed by the CPU
-MLA decode kernel (latent 576 = kv_lora_rank 512 + qk_rope_head_dim 64); see ../shared/ENGINE_FACTS.md.
+Two target architectures:
+- `deepseek_v3`: a DeepSeek-V3 text model (`DeepseekV3ForCausalLM`);
+- `kimi_k25`: the user's Kimi-K2.5 shape (`KimiK25ForConditionalGeneration`): the same DeepSeek-V3
+  text model as `text_config`, wrapped with a tiny MoonViT vision tower and projector, in the hub
+  checkpoint's config keys and tensor names, with a `preprocessor_config.json` for its media.
 
-Run with the engine's python:  python -m specdeploy.engine_side.tiny_models OUT [--always-accept]
+Random weights, a byte-level BPE tokenizer trained here. With `always_accept`, the output layers of
+target and drafter are zeroed, so both always pick the same token and the drafter's proposals are
+really accepted (acceptance > 0 is then testable). Shapes are fixed by the CPU MLA decode kernel
+(latent 576 = kv_lora_rank 512 + qk_rope_head_dim 64); see ../shared/ENGINE_FACTS.md.
+
+Run with the engine's python:
+    python -m specdeploy_testbed.tiny_models OUT [--always-accept] [--architecture kimi_k25]
 """
 
 from __future__ import annotations
@@ -13,20 +20,36 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedTokenizerFast
 
 VOCAB = 2048
 DRAFT_VOCAB = 1024
+ARCHITECTURES = ("deepseek_v3", "kimi_k25")
 SPECIALS = ["<|begin|>", "<|end|>", "<|user|>", "<|assistant|>", "<|pad|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+# Kimi-K2.5's special tokens by name (its real ids are 163584+; here they follow the trained merges):
+# the chat roles, the media tokens its processor and vLLM's Kimi code look up by name, and the
+# tool-call and thinking tokens the kimi_k2 tool-call and reasoning parsers require.
+KIMI_SPECIALS = [
+    "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+    "<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>", "<|kimi_k25_video_placeholder|>",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>", "[PAD]",
+]  # fmt: skip
+KIMI_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_' + m['role'] + '|>' + m['role'] + '<|im_middle|>' + m['content']"
+    " + '<|im_end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_assistant|>assistant<|im_middle|>' }}{% endif %}"
 )
 CORPUS = [
     "speculative decoding drafts tokens that the target model verifies in one pass",
@@ -37,6 +60,7 @@ CORPUS = [
 
 
 def target_config() -> dict[str, Any]:
+    """The DeepSeek-V3 text model (alone, or as Kimi-K2.5's text_config)."""
     return {
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "deepseek_v3",
@@ -70,8 +94,6 @@ def target_config() -> dict[str, Any]:
         "rope_theta": 10000.0,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
-        "bos_token_id": VOCAB - len(SPECIALS),
-        "eos_token_id": VOCAB - len(SPECIALS) + 1,
     }
 
 
@@ -90,38 +112,165 @@ def drafter_config(target: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def train_tokenizer(out: Path) -> None:
+def kimi_config(text: dict[str, Any], ids: dict[str, int]) -> dict[str, Any]:
+    """Kimi-K2.5's config.json keys (the hub checkpoint's schema), tiny.
+
+    No `auto_map`: this folder ships no custom code (the real one does, for its tokenizer). The hub
+    vision_config names the tower's sizes `vt_*`; vLLM 0.32 reads them through transformers'
+    Kimi_K25VisionConfig, whose fields are `hidden_size`, `num_hidden_layers`, ... and default to the
+    real model's sizes. The tiny tower therefore carries both spellings.
+    """
+    vision = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128}
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "bos_token_id": ids["[BOS]"],
+        "eos_token_id": ids["[EOS]"],
+        "pad_token_id": ids["[PAD]"],
+        "ignore_index": -100,
+        "media_placeholder_token_id": ids["<|media_pad|>"],
+        # transformers' Kimi_K25Config names it image_token_id (default: the real model's 163605);
+        # vLLM 0.32 takes the tokenizer's <|media_pad|> id when they differ, with a warning.
+        "image_token_id": ids["<|media_pad|>"],
+        "use_unified_vision_chunk": True,
+        "video_placeholder": "<|kimi_k25_video_placeholder|>",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "text_config": text,
+        "vision_config": {
+            "patch_size": 14,
+            "init_pos_emb_height": 8,
+            "init_pos_emb_width": 8,
+            "init_pos_emb_time": 4,
+            "pos_emb_type": "divided_fixed",
+            "merge_kernel_size": [2, 2],
+            "merge_type": "sd2_tpool",
+            "video_attn_type": "spatial_temporal",
+            "mm_projector_type": "patchmerger",
+            "mm_hidden_size": vision["hidden_size"],
+            "projector_hidden_act": "gelu",
+            "projector_ln_eps": 1e-5,
+            "text_hidden_size": text["hidden_size"],
+            **{f"vt_{k}": v for k, v in vision.items()},
+            **vision,
+        },
+    }
+
+
+def kimi_preprocessor_config() -> dict[str, Any]:
+    """The media processor's settings, bounded so an image is at most 64 patches (16 tokens)."""
+    return {
+        "image_processor_type": "KimiK25ImageProcessor",
+        "media_proc_cfg": {
+            "patch_size": 14,
+            "merge_kernel_size": 2,
+            "in_patch_limit": 64,
+            "patch_limit_on_one_side": 8,
+            "in_patch_limit_each_frame": 64,
+            "in_patch_limit_video": None,
+            "fixed_output_tokens": None,
+            "sample_fps": 2.0,
+            "max_num_frames_each_video": None,
+            "temporal_merge_kernel_size": 4,
+            "timestamp_mode": "hh:mm:ss.fff",
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+        },
+    }
+
+
+def train_tokenizer(out: Path, specials: list[str], chat_template: str, names: dict[str, str]) -> dict[str, int]:
+    """Saves the tokenizer; returns the special tokens' ids (after the merges the corpus yields)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB - len(SPECIALS),
+        vocab_size=VOCAB - len(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer=trainer)
-    tok.add_special_tokens(SPECIALS)  # at the end of the vocabulary
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|begin|>", eos_token="<|end|>", pad_token="<|pad|>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
+    tok.add_special_tokens(specials)  # at the end of the vocabulary
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **names)
+    fast.chat_template = chat_template
     fast.save_pretrained(out)
+    return {token: int(tok.token_to_id(token)) for token in specials}
 
 
-def make_target(out: Path, always_accept: bool) -> dict[str, Any]:
+def text_model(cfg: dict[str, Any], always_accept: bool) -> DeepseekV3ForCausalLM:
     torch.manual_seed(0)
-    cfg = target_config()
     model = DeepseekV3ForCausalLM(DeepseekV3Config(**cfg)).to(torch.bfloat16)
     if always_accept:
         with torch.no_grad():
             model.lm_head.weight.zero_()
-    model.save_pretrained(out, safe_serialization=True)
+    return model
+
+
+def make_deepseek_target(out: Path, always_accept: bool) -> dict[str, Any]:
+    names = {"bos_token": "<|begin|>", "eos_token": "<|end|>", "pad_token": "<|pad|>"}
+    ids = train_tokenizer(out, SPECIALS, CHAT_TEMPLATE, names)
+    cfg = {**target_config(), "bos_token_id": ids["<|begin|>"], "eos_token_id": ids["<|end|>"]}
+    text_model(cfg, always_accept).save_pretrained(out, safe_serialization=True)
     # save_pretrained drops the router keys transformers does not model; put them back.
     saved = json.loads((out / "config.json").read_text())
     saved.update({k: cfg[k] for k in ("topk_method", "scoring_func", "n_group", "topk_group")})
     (out / "config.json").write_text(json.dumps(saved, indent=2))
-    train_tokenizer(out)
     return cfg
+
+
+def vision_tensors(cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The MoonViT tower and patch-merger projector, under the hub checkpoint's tensor names."""
+    vis, text_h = cfg["vision_config"], cfg["text_config"]["hidden_size"]
+    h, inner, p = vis["hidden_size"], vis["intermediate_size"], vis["patch_size"]
+    merged = h * vis["merge_kernel_size"][0] * vis["merge_kernel_size"][1]
+    shapes: dict[str, tuple[int, ...]] = {
+        "vision_tower.patch_embed.proj.weight": (h, 3, p, p),
+        "vision_tower.patch_embed.proj.bias": (h,),
+        "vision_tower.patch_embed.pos_emb.weight": (vis["init_pos_emb_height"], vis["init_pos_emb_width"], h),
+        "vision_tower.encoder.final_layernorm.weight": (h,),
+        "vision_tower.encoder.final_layernorm.bias": (h,),
+        "mm_projector.pre_norm.weight": (h,),
+        "mm_projector.pre_norm.bias": (h,),
+        "mm_projector.proj.0.weight": (merged, merged),
+        "mm_projector.proj.0.bias": (merged,),
+        "mm_projector.proj.2.weight": (text_h, merged),
+        "mm_projector.proj.2.bias": (text_h,),
+    }
+    for i in range(vis["num_hidden_layers"]):
+        block = f"vision_tower.encoder.blocks.{i}."
+        shapes |= {
+            f"{block}wqkv.weight": (3 * h, h), f"{block}wqkv.bias": (3 * h,),
+            f"{block}wo.weight": (h, h), f"{block}wo.bias": (h,),
+            f"{block}mlp.fc0.weight": (inner, h), f"{block}mlp.fc0.bias": (inner,),
+            f"{block}mlp.fc1.weight": (h, inner), f"{block}mlp.fc1.bias": (h,),
+            f"{block}norm0.weight": (h,), f"{block}norm0.bias": (h,),
+            f"{block}norm1.weight": (h,), f"{block}norm1.bias": (h,),
+        }  # fmt: skip
+    torch.manual_seed(2)
+    return {name: (torch.randn(*shape) * 0.02).to(torch.bfloat16) for name, shape in shapes.items()}
+
+
+def make_kimi_target(out: Path, always_accept: bool) -> dict[str, Any]:
+    names = {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]"}
+    ids = train_tokenizer(out, KIMI_SPECIALS, KIMI_CHAT_TEMPLATE, names)
+    text = {**target_config(), "bos_token_id": ids["[BOS]"], "eos_token_id": ids["[EOS]"]}
+    cfg = kimi_config(text, ids)
+    # The hub checkpoint nests the text model's tensors under language_model, named as
+    # save_pretrained writes them (one tensor per expert, not transformers' fused in-memory form).
+    with tempfile.TemporaryDirectory() as tmp:
+        text_model(text, always_accept).save_pretrained(tmp, safe_serialization=True)
+        tensors = {f"language_model.{k}": v for k, v in load_file(str(Path(tmp) / "model.safetensors")).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors | vision_tensors(cfg), str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    (out / "preprocessor_config.json").write_text(json.dumps(kimi_preprocessor_config(), indent=2))
+    return text
+
+
+def make_target(out: Path, always_accept: bool, architecture: str = "deepseek_v3") -> dict[str, Any]:
+    """Writes the target folder; returns its text model's config (what the drafter must match)."""
+    make = make_kimi_target if architecture == "kimi_k25" else make_deepseek_target
+    return make(out, always_accept)
 
 
 def make_drafter(out: Path, target: dict[str, Any], always_accept: bool) -> None:
@@ -181,8 +330,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="writes OUT/target and OUT/drafter")
     parser.add_argument("--always-accept", action="store_true", help="zero both output layers")
+    parser.add_argument("--architecture", choices=ARCHITECTURES, default="deepseek_v3", help="the target's")
     args = parser.parse_args()
-    target = make_target(args.out / "target", args.always_accept)
+    target = make_target(args.out / "target", args.always_accept, args.architecture)
     make_drafter(args.out / "drafter", target, args.always_accept)
     for folder in (args.out / "target", args.out / "drafter"):
         write_manifest(folder)

