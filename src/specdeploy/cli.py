@@ -14,6 +14,7 @@ from specdeploy import __version__, inventory, verify
 from specdeploy.build import dockerfile, profiles
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
+from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import state_dir
 from specdeploy.playbook import run_playbook
@@ -169,6 +170,45 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def last_measured_load_s(runs: Path) -> tuple[float, str] | None:
+    """The newest READY start-up this controller watched (its diagnostics folders), and where."""
+    newest: tuple[str, float, str] | None = None
+    for verdict in runs.glob("*/*/verdict.json"):
+        try:
+            data = json.loads(verdict.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("status") == "READY" and isinstance(data.get("elapsed_s"), (int, float)):
+            key = verdict.parent.name
+            if newest is None or key > newest[0]:
+                newest = (key, float(data["elapsed_s"]), str(verdict.parent))
+    return (newest[1], newest[2]) if newest else None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    hosts = [f"host-{i}" for i in range(1, args.hosts + 1)] if args.hosts else []
+    load_s, source = args.load_seconds, "given"
+    if load_s is None:
+        measured = last_measured_load_s(state_dir() / "runs")
+        if measured is None:
+            raise SpecdeployError(
+                "no per-host load time: none given and no READY start-up measured here yet",
+                hint="pass --load-seconds (e.g. 1500 for Kimi-K2.5 on 8 GPUs), or deploy once",
+            )
+        load_s, source = measured[0], f"last measured, {measured[1]}"
+    load = schedule.Load(args.offered_rps, args.per_host_rps) if args.offered_rps is not None else None
+    if load is not None and args.per_host_rps is None:
+        raise SpecdeployError("--offered-rps needs --per-host-rps (what one engine serves)")
+    result = schedule.plan(hosts, args.max_unavailable, load_s, args.drain_seconds, load)
+    if args.json:
+        print(json.dumps({**vars(result), "capacity_min": result.capacity_min, "load_s_source": source}))
+        return 0
+    print(f"{len(hosts)} hosts, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source})")
+    for line in result.lines():
+        print(f"  {line}")
+    return 0
+
+
 def cmd_patch(args: argparse.Namespace) -> int:
     return patch_commands.run(args.action, args.engine, Path(args.site_packages), args)
 
@@ -263,6 +303,16 @@ def _add_serving_commands(sub: Any) -> None:
     ept.add_argument("--local-port", type=int, default=endpoint.DEFAULT_LOCAL_PORT,
                      help=f"first local port (default {endpoint.DEFAULT_LOCAL_PORT}; 0: any free port)")  # fmt: skip
     ept.set_defaults(func=cmd_endpoint)
+
+    pln = sub.add_parser("plan", help="a fleet rollout on paper: batches, duration, lowest capacity, queue wait")
+    pln.add_argument("--hosts", type=int, required=True, help="engine hosts in the fleet")
+    pln.add_argument("--max-unavailable", default="1", help="rollout_max_unavailable: a count or a percentage")
+    pln.add_argument("--load-seconds", type=float, help="one host's start-up to READY (default: the last measured)")
+    pln.add_argument("--drain-seconds", type=float, default=0.0, help="the drain bound per host (shutdown timeout)")
+    pln.add_argument("--offered-rps", type=float, help="the fleet's offered load, requests per second")
+    pln.add_argument("--per-host-rps", type=float, help="what one engine serves, requests per second")
+    pln.add_argument("--json", action="store_true", help="print JSON")
+    pln.set_defaults(func=cmd_plan)
 
     rbk = sub.add_parser("rollback", help="swap the running engine with the previous one, watched to READY")
     _add_target_args(rbk)

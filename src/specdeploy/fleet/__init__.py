@@ -1,0 +1,1 @@
+"""The fleet: several engine hosts behind one router, rolled out in batches."""

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specdeploy.errors import SpecdeployError
+from specdeploy.fleet import schedule
+
+HOSTS = [f"h{i}" for i in range(1, 9)]
+
+
+@pytest.mark.parametrize(("value", "hosts", "size"), [
+    (1, 8, 1), ("2", 8, 2), ("25%", 8, 2), ("10%", 8, 1), ("100%", 8, 8), (20, 3, 3), ("50 %", 3, 1),
+])  # fmt: skip
+def test_batch_size_counts_and_percentages(value, hosts, size):
+    assert schedule.batch_size(value, hosts) == size
+
+
+@pytest.mark.parametrize("value", [0, "0%", "-1", "abc", "150%", ""])
+def test_bad_max_unavailable_is_refused_with_the_fix(value):
+    with pytest.raises(SpecdeployError) as err:
+        schedule.batch_size(value, 3)
+    assert "rollout_max_unavailable" in err.value.message and "25%" in (err.value.hint or "")
+
+
+def test_batches_keep_the_inventory_order_and_the_remainder_last():
+    assert schedule.batches(HOSTS[:5], 2) == [["h1", "h2"], ["h3", "h4"], ["h5"]]
+
+
+def test_plan_duration_and_lowest_capacity():
+    result = schedule.plan(HOSTS, "25%", load_s=1500, drain_s=60)
+    assert len(result.batches) == 4 and result.duration_s == 4 * 1560
+    assert result.serving_hosts_min == 6 and result.capacity_min == 0.75
+    assert result.queue_wait_max_s is None
+
+
+def test_queue_wait_is_zero_while_the_reduced_fleet_keeps_up():
+    result = schedule.plan(HOSTS[:3], 1, load_s=30, drain_s=0, load=schedule.Load(offered_rps=1.0, per_host_rps=0.5))
+    assert result.utilisation_max == 1.0 and result.queue_wait_max_s == 0.0
+
+
+def test_queue_wait_over_the_reduced_capacity_follows_the_fluid_model():
+    # 3 hosts of 1 rps, 2.5 rps offered, one host out for 100 s: the longest wait is 100 * (1 - 2/2.5).
+    result = schedule.plan(HOSTS[:3], 1, load_s=90, drain_s=10, load=schedule.Load(offered_rps=2.5, per_host_rps=1.0))
+    assert result.queue_wait_max_s == pytest.approx(20.0)
+    assert any("20.0 s" in line for line in result.lines())
+
+
+def test_an_overloaded_fleet_never_drains_and_a_single_host_has_no_capacity():
+    over = schedule.plan(HOSTS[:2], 1, 10, 0, schedule.Load(offered_rps=5, per_host_rps=1))
+    assert over.queue_wait_max_s == math.inf
+    single = schedule.plan(["only"], 1, 10, 0, schedule.Load(offered_rps=0.1, per_host_rps=1))
+    assert single.serving_hosts_min == 0 and any("no host serves" in line for line in single.lines())
+
+
+def test_plan_refuses_a_non_positive_load_time():
+    with pytest.raises(SpecdeployError, match="load time"):
+        schedule.plan(HOSTS, 1, load_s=0, drain_s=0)
