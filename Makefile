@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime bench deploy verify endpoint status logs rollback clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime bench deploy verify endpoint status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ $(STAMP): pyproject.toml testbed/pyproject.toml constraints.txt
 
 testbed: setup ## Bring up the local test bed (TESTBED_HOSTS=1)
 	$(BIN)/specdeploy testbed up --hosts $(TESTBED_HOSTS)
+
+fleet: setup ## The test bed as a fleet: 3 hosts behind vllm-router on the first, every phase (TESTBED_HOSTS=3)
+	$(BIN)/specdeploy deploy --testbed-hosts $(or $(filter-out 1,$(TESTBED_HOSTS)),3) --fleet
 
 testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
 	$(BIN)/specdeploy testbed down

@@ -11,12 +11,16 @@ from dataclasses import asdict
 from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
+from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
+from specdeploy.fleet.membership import RouterMembership
+from specdeploy.fleet.router import worker_url
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
 from specdeploy.serve.rollout import Rollout
+from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
 from specdeploy.watch.watchdog import Verdict, WatchOptions
@@ -32,7 +36,20 @@ class ActionModule(SpecdeployAction):
         "warm_page_cache": {"type": "bool", "default": True},
         "state_dir": {"type": "str", "default": DEFAULT_STATE_DIR},
         "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
+        # A fleet: the router's inventory host (empty: no router) and this engine's address there.
+        "router_host": {"type": "str", "default": ""},
+        "router_port": {"type": "int", "default": 8080},
+        "fleet_address": {"type": "str", "default": ""},
     }
+
+    def membership(self, args: dict[str, Any], port: int) -> RouterMembership | None:
+        if not args["router_host"]:
+            return None
+        router_vars = self.task_vars["hostvars"][args["router_host"]]
+        settings = {k: self._templar.template(router_vars[k]) for k in CONNECTION_VARS if k in router_vars}
+        address = args["fleet_address"] or str(self.hostvars.get("ansible_host", self.host_name))
+        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"],
+                                worker_url(address, port), self.say)  # fmt: skip
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
@@ -73,9 +90,12 @@ class ActionModule(SpecdeployAction):
 
         grace_note = f"contact lost for more than {grace:.0f} s (serving_reconnect_grace)"
         rollout: Rollout | None = None
+        fleet = self.membership(args, cfg.port)
+        joined = False
         try:
             store = HostRecordStore(conn.commands, args["state_dir"])
-            rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace)
+            leave = fleet.leave if fleet is not None else lambda: None
+            rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace, before_stop=leave)
             if args["action"] == "rollback":
                 outcome = rollout.rollback()
             else:
@@ -88,6 +108,9 @@ class ActionModule(SpecdeployAction):
                         raise
                     raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
                 outcome = rollout.deploy(cfg, image_id, warm)
+            # Back in the router only on a READY engine: the new version, or the previous one restored.
+            if fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back"):
+                joined = fleet.join()
         except SpecdeployError as exc:
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(exc)}
         except Exception as exc:
@@ -100,4 +123,5 @@ class ActionModule(SpecdeployAction):
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
         failed = outcome.status not in ("deployed", "unchanged")
         message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
-        return {**asdict(outcome), "changed": outcome.changed, "failed": failed, "msg": message}
+        return {**asdict(outcome), "changed": outcome.changed or joined, "failed": failed, "msg": message,
+                "joined_router": joined}  # fmt: skip

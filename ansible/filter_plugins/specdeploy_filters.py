@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from specdeploy import pins
+from specdeploy.fleet import router as fleet_router
+from specdeploy.fleet import schedule as fleet_schedule
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import (
     CSV_FORMAT,
@@ -104,10 +107,30 @@ def pin(variable: str) -> Any:
     return pins.host_pin(variable)
 
 
+def router_problems(settings: dict[str, Any]) -> list[str]:
+    try:
+        return fleet_router.RouterConfig.from_vars(settings).problems()
+    except (TypeError, ValueError) as exc:
+        return [f"router variables: {exc}"]
+
+
+def router_command(settings: dict[str, Any], binary: str) -> str:
+    """The router unit's ExecStart (shell-quoted as systemd splits it)."""
+    return shlex.join(fleet_router.RouterConfig.from_vars(settings).command(binary))
+
+
+def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
+    """The Deploy play's `serial`: the batch sizes of rollout_max_unavailable (specdeploy.fleet.schedule)."""
+    return [len(batch) for batch in fleet_schedule.batches(list(hosts), max_unavailable)]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "specdeploy_pin": pin,
+            "specdeploy_router_problems": router_problems,
+            "specdeploy_router_command": router_command,
+            "specdeploy_fleet_serial": fleet_serial,
             "specdeploy_remote_code_warnings": serving_variables.remote_code_warnings,
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_serving_problems": serving_problems,

@@ -65,7 +65,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
         testbed = local_testbed()
         tb = testbed.paths()
         if bring_up_testbed:
-            testbed.up(args.testbed_hosts)
+            testbed.up(args.testbed_hosts, fleet=getattr(args, "fleet", False))
         elif not tb.inventory.is_file():
             raise SpecdeployError("the local test bed is not up", hint="run `make deploy` or `make testbed` first")
         return Path(tb.inventory)
@@ -83,7 +83,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
 def cmd_testbed(args: argparse.Namespace) -> int:
     testbed = local_testbed()
     if args.action == "up":
-        testbed.up(args.hosts)
+        testbed.up(args.hosts, fleet=args.fleet)
     elif args.action == "down":
         testbed.down(purge=args.purge)
     else:
@@ -102,6 +102,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         extra += ["--extra-vars", value]
     if args.check:
         extra.append("--check")
+    if not args.host and local_testbed().is_fleet():
+        # The fleet test bed's engines have API keys from ansible-vault; its password is local state.
+        extra += ["--vault-password-file", str(local_testbed().paths().root / "vault-password")]
     run = run_playbook(inv, *extra, playbook="ansible/site.yml" if args.host else TESTBED_PLAYBOOK)
     if run.returncode != 0:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
@@ -271,6 +274,7 @@ def _add_deploy_commands(sub: Any) -> None:
     tb.add_argument("action", choices=["up", "down", "status"])
     tb.add_argument("--hosts", type=int, default=1, help="number of test hosts (default 1)")
     tb.add_argument("--purge", action="store_true", help="with down: also delete the hosts' engine volumes")
+    tb.add_argument("--fleet", action="store_true", help="with up: the hosts behind a router on the first")
     tb.set_defaults(func=cmd_testbed)
 
     dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
@@ -279,6 +283,7 @@ def _add_deploy_commands(sub: Any) -> None:
     dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
     dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
+    dep.add_argument("--fleet", action="store_true", help=argparse.SUPPRESS)
     dep.set_defaults(func=cmd_deploy)
 
     ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")

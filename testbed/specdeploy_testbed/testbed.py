@@ -27,6 +27,7 @@ from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import project_root, state_dir
 from specdeploy.targets import SshSettings, Target, probe
+from specdeploy_testbed import fleet as testbed_fleet
 
 TESTBED_DIR = Path(__file__).resolve().parent.parent  # testbed/ in the checkout
 HOST_IMAGE_REPO = "specdeploy/testbed-host"
@@ -228,6 +229,17 @@ def start_host(client: DockerClient, name: str, port: int, image: str | None = N
     return TestHost(name=name, port=port, host_keys=tuple(keys))
 
 
+def _bridge_address(client: DockerClient, name: str) -> str:
+    """Where the other test hosts reach this one (the Docker bridge), for the fleet's router."""
+    attrs = client.containers.get(container_name(name)).attrs
+    return str(attrs["NetworkSettings"]["IPAddress"])
+
+
+def is_fleet() -> bool:
+    tb = paths()
+    return tb.inventory.is_file() and "\n    router:\n" in tb.inventory.read_text()
+
+
 def remove_host(client: DockerClient, name: str, purge: bool = False) -> bool:
     try:
         container = client.containers.get(container_name(name))
@@ -244,7 +256,8 @@ def known_hosts_lines(hosts: list[TestHost]) -> str:
     return "".join(f"[127.0.0.1]:{h.port} {key}\n" for h in hosts for key in h.host_keys)
 
 
-def up(count: int = 1) -> list[TestHost]:
+def up(count: int = 1, fleet: bool = False) -> list[TestHost]:
+    """Start COUNT hosts; with FLEET, their inventory puts them behind a router on the first."""
     if not 1 <= count <= 16:
         raise SpecdeployError(f"--hosts {count}: the test bed runs 1 to 16 hosts")
     state = state_dir()
@@ -263,8 +276,11 @@ def up(count: int = 1) -> list[TestHost]:
         [inventory.InventoryHost(h.name, h.target) for h in hosts],
         tb.ssh(),
         group="testbed",
-        source="testbed up",
+        source="testbed up" + (" --fleet" if fleet else ""),
     )
+    if fleet:
+        addresses = [(h.name, _bridge_address(client, h.name)) for h in hosts]
+        text += testbed_fleet.fleet_lines(addresses, tb.root)
     inventory.write(tb.inventory, text)
     for h in hosts:
         probe(h.target, tb.ssh())  # real SSH, host key verified

@@ -62,6 +62,9 @@ class ServingConfig:
     # (build.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
     attention_backend: str = ""
     draft_attention_backend: str = ""
+    # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,
+    # >= 0.18). A fleet host leaves the router first, so these are the last requests it serves.
+    drain_timeout: int = 0
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -73,7 +76,7 @@ class ServingConfig:
         known["api_key"] = known.get("api_key") or None
         known["max_model_len"] = int(known["max_model_len"]) if known.get("max_model_len") else None
         ints = ("tensor_parallel_size", "pipeline_parallel_size", "num_speculative_tokens", "port", "memlock_bytes",
-                "stack_bytes")  # fmt: skip
+                "stack_bytes", "drain_timeout")  # fmt: skip
         for name in ints:
             if name in known:
                 known[name] = int(known[name])
@@ -136,7 +139,14 @@ class ServingConfig:
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.drain_timeout:
+            cmd += ["--shutdown-timeout", str(self.drain_timeout)]
         return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("vllm_args", [])), *self.extra_args]
+
+    @property
+    def stop_timeout_s(self) -> int:
+        """How long `docker stop` waits before SIGKILL: the drain, plus the engine's own exit."""
+        return max(60, self.drain_timeout + 30)
 
     def _model_code_args(self) -> list[str]:
         """The same flag names on both engines."""

@@ -158,9 +158,12 @@ class Rollout:
         watch: Watcher,
         diagnostics: Path,
         grace_s: float = RECONNECT_GRACE_S,
+        *,
+        before_stop: Callable[[], None] = lambda: None,
     ) -> None:
         self.connect, self.store, self.watch, self.diagnostics, self.grace_s = (
             connect, store, watch, diagnostics, grace_s)  # fmt: skip
+        self.before_stop = before_stop
         self.client = connect()
         self.record = store.load()
         self.began = False  # a step was taken: never report changed=false after that
@@ -237,7 +240,8 @@ class Rollout:
         warm_report = warm()  # while the old container still serves
         self._step("stopping-old")
         if current is not None:
-            self._stop(str(current.id), 60)
+            self.before_stop()  # a fleet host leaves the router: what it still serves are its last requests
+            self._stop(str(current.id), cfg.stop_timeout_s)
             self._retire(str(current.id))
         self._remove(CONTAINER)  # (a leftover of an interrupted run)
         self._step("starting-new")
@@ -319,6 +323,7 @@ class Rollout:
         self.record.new = _ref(previous)
         self._step("stopping-old")
         if current_id is not None:
+            self.before_stop()
             self._stop(current_id, 60)
             self._rename(current_id, f"{CONTAINER}-swapping")
         self._rename(previous_id, CONTAINER)

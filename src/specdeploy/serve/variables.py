@@ -153,6 +153,7 @@ RULES: dict[str, Check] = {
     "serving_trust_remote_code": boolean,
     "serving_tool_call_parser": parser_name,
     "serving_reasoning_parser": parser_name,
+    "serving_drain_timeout": integer(0, 3600),
     "serving_attention_backend": parser_name,
     "serving_draft_attention_backend": parser_name,
 }

@@ -1,0 +1,64 @@
+"""A worker's membership in the fleet's router, steered by the watchdog's verdicts.
+
+The router listens on its host's loopback; the controller reaches its worker API through an SSH
+forward. `leave` runs just before an engine is stopped (the rollout's `before_stop`), `join` only
+after a READY verdict, so the router never sends a request to an engine that is loading or gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+
+from specdeploy.connection import HostConnection
+from specdeploy.errors import SpecdeployError
+from specdeploy.fleet.router import membership_request
+
+TIMEOUT_S = 30.0  # add_worker waits for the worker's /health; a READY engine answers at once
+
+
+class RouterMembership:
+    def __init__(self, router: HostConnection, router_port: int, worker: str, say: Callable[[str], None]) -> None:
+        self.router, self.port, self.worker, self.say = router, router_port, worker, say
+
+    def _request(self, method: str, path_or_url: str) -> httpx.Response:
+        forward = self.router.forward(self.port)
+        forward.start()
+        try:
+            url = path_or_url.replace(f"127.0.0.1:{self.port}", f"127.0.0.1:{forward.local}")
+            with httpx.Client(timeout=TIMEOUT_S) as http:
+                return http.request(method, url)
+        except httpx.HTTPError as exc:
+            raise SpecdeployError(
+                f"the router on {self.router} did not answer ({exc})",
+                hint="make status; systemctl status specdeploy-router on the router host",
+            ) from exc
+        finally:
+            forward.stop()
+
+    def members(self) -> list[str]:
+        resp = self._request("GET", f"http://127.0.0.1:{self.port}/list_workers")
+        resp.raise_for_status()
+        return [str(u) for u in resp.json().get("urls", [])]
+
+    def leave(self) -> None:
+        call = membership_request("remove", self.worker, self.port)
+        resp = self._request(call["method"], call["url"])
+        if resp.status_code != 200:
+            raise SpecdeployError(f"the router refused to remove {self.worker}: {resp.status_code} {resp.text[:200]}")
+        self.say(f"left the router ({self.worker}); in-flight requests finish before the engine stops")
+
+    def join(self) -> bool:
+        """Add the worker unless it is a member; True when it was added."""
+        if self.worker in self.members():
+            return False
+        call = membership_request("add", self.worker, self.port)
+        resp = self._request(call["method"], call["url"])
+        if resp.status_code != 200:
+            raise SpecdeployError(
+                f"the router refused to add {self.worker}: {resp.status_code} {resp.text[:200]}",
+                hint="the router reaches engines at serving_fleet_address:serving_port; check that address",
+            )
+        self.say(f"joined the router ({self.worker})")
+        return True

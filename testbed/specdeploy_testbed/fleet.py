@@ -1,0 +1,62 @@
+"""The test bed as a fleet: its hosts behind the router on the first one (`testbed up --fleet`).
+
+Engines bind off loopback (the router on testbed-1 reaches the others over the test bed's Docker
+bridge), so each gets an API key, from ansible-vault as on a real fleet: a random key encrypted
+with a vault password kept in .state/testbed (mode 0600), which `specdeploy deploy` passes to
+ansible-playbook. The plain key beside it is for the tests' clients.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from ansible.parsing.vault import VaultLib, VaultSecret
+
+ROUTER_HOST_INDEX = 0  # testbed-1 runs the router (and an engine)
+DRAIN_TIMEOUT_S = 30
+
+
+def _private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def vault_password_file(root: Path) -> Path:
+    return root / "vault-password"
+
+
+def api_key_file(root: Path) -> Path:
+    return root / "fleet-api-key"
+
+
+def ensure_secrets(root: Path) -> tuple[str, str]:
+    """The vault password and the engines' API key, made once."""
+    password, key = vault_password_file(root), api_key_file(root)
+    if not password.is_file():
+        _private(password, secrets.token_urlsafe(24) + "\n")
+    if not key.is_file():
+        _private(key, secrets.token_urlsafe(24) + "\n")
+    return password.read_text().strip(), key.read_text().strip()
+
+
+def fleet_lines(hosts: list[tuple[str, str]], root: Path) -> str:
+    """YAML to append under `all:` of the test bed's inventory: the router group and, per host, its
+    fleet address and the settings an engine behind a router on another host needs."""
+    password, key = ensure_secrets(root)
+    vault = VaultLib([("default", VaultSecret(password.encode()))]).encrypt(key).decode()
+    block = "".join(f"            {line}\n" for line in vault.splitlines())
+    lines = ["    router:\n", "      hosts:\n", f"        {hosts[ROUTER_HOST_INDEX][0]}: {{}}\n", "  hosts:\n"]
+    for name, address in hosts:
+        lines += [
+            f"    {name}:\n",
+            f"      serving_fleet_address: {address}\n",
+            "      serving_bind_address: 0.0.0.0\n",
+            f"      serving_drain_timeout: {DRAIN_TIMEOUT_S}\n",
+            "      serving_api_key: !vault |\n",
+            block,
+        ]
+    return "".join(lines)
