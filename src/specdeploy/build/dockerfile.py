@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def prepare_context(
         if prof.install_from_wheelhouse:
             with tempfile.TemporaryDirectory() as tmp:
                 wheels.pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
-                deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
+                wheels.deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
         wheels.pip_download(
             [*TOOL_REQUIREMENTS, f"py-spy=={pins.PY_SPY}"], dest / "specdeploy-wheels", prof.python_version
         )
@@ -157,12 +156,3 @@ def prepare_context(
     return {"profile": prof.name, "patch_digest": patch_digest, "context": str(dest),
             "inputs_digest": digest}  # fmt: skip
 
-
-def deterministic_tar(folder: Path, out: Path) -> None:
-    """One file, same bytes for the same wheels: copied (and checksummed) once, not 150 times."""
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(folder.iterdir()):
-            info = tar.gettarinfo(str(path), arcname=path.name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with path.open("rb") as fh:
-                tar.addfile(info, fh)

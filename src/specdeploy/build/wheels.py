@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -45,6 +47,31 @@ def pip_download(requirements: list[str], dest: Path, python_version: str | None
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SpecdeployError(f"pip download {' '.join(requirements)} failed: {proc.stderr.strip()[-800:]}")
+
+
+def deterministic_tar(folder: Path, out: Path) -> None:
+    """One file, same bytes for the same wheels: copied (and checksummed) once, not 150 times."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(folder.iterdir()):
+            info = tar.gettarinfo(str(path), arcname=path.name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+
+
+
+def wheelhouse_tar(name: str, requirements: list[str], python_version: str | None = None) -> Path:
+    """A tar of the wheels REQUIREMENTS resolve to, made once under .state/wheelhouses: one file to
+    copy to a host that installs with --no-index (no index reachable, or a TLS proxy it distrusts)."""
+    out = state_dir() / "wheelhouses" / f"{name}.tar"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            pip_download(requirements, Path(tmp), python_version)
+            partial = out.with_suffix(".partial")
+            deterministic_tar(Path(tmp), partial)
+            partial.rename(out)
+    return out
 
 
 def extract_sources(wheel: Path, dest: Path) -> Path:

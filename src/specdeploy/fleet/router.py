@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from specdeploy import pins
+from specdeploy.build import wheels
+
+CONSTRAINTS = Path(__file__).with_name("router-constraints.txt")
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware", "random", "consistent_hash")
 
@@ -95,3 +99,12 @@ def membership_request(action: str, worker: str, router_port: int) -> dict[str, 
         "url": f"http://127.0.0.1:{router_port}/{action}_worker?url={quote(worker, safe='')}",
         "method": "POST",
     }
+
+
+def wheelhouse(python_version: str | None = None) -> Path:
+    """vllm-router and its pinned dependencies as one tar, made on the controller: the router host
+    installs with --no-index (no index needed there, and no trust in a TLS proxy's certificate)."""
+    version = pins.HOST["router_version"]
+    tag = python_version or "controller"
+    return wheels.wheelhouse_tar(f"vllm-router-{version}-py{tag}", [f"vllm-router=={version}", "-c", str(CONSTRAINTS)],
+                                 python_version)  # fmt: skip
