@@ -24,10 +24,15 @@ class LoadResult:
 
 
 class Load:
-    """WORKERS threads, each sending completions one after another until stopped (or MAX_S)."""
+    """WORKERS threads, each sending completions one after another (PAUSE_S apart) until stopped.
 
-    def __init__(self, base_url: str, model: str, api_key: str, workers: int = 2, max_s: float = 900) -> None:
+    Bounded in rate and time (MAX_S): on the test bed's 2 cores a harder load starves the restarting
+    engine's start-up, which the watchdog then rightly calls STALLED."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, *, workers: int = 1, pause_s: float = 0.5,
+                 max_s: float = 900) -> None:  # fmt: skip
         self.base_url, self.model, self.api_key, self.workers, self.max_s = base_url, model, api_key, workers, max_s
+        self.pause_s = pause_s
         self.result = LoadResult()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -51,6 +56,7 @@ class Load:
                         self.result.latencies_s.append(time.monotonic() - start)
                     else:
                         self.result.failures.append(f"{time.strftime('%H:%M:%S')} {outcome}")
+                self._stop.wait(self.pause_s)
 
     def __enter__(self) -> Load:
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(self.workers)]
