@@ -121,6 +121,8 @@ def router_command(settings: dict[str, Any], binary: str) -> str:
 
 def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
     """The Deploy play's `serial`: the batch sizes of rollout_max_unavailable (specdeploy.fleet.schedule)."""
+    if not hosts:  # no inventory (ansible-lint, --list-tasks): the play has no host to batch
+        return [1]
     return [len(batch) for batch in fleet_schedule.batches(list(hosts), max_unavailable)]
 
 
