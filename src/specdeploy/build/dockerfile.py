@@ -155,4 +155,3 @@ def prepare_context(
         stamp.write_text(digest)
     return {"profile": prof.name, "patch_digest": patch_digest, "context": str(dest),
             "inputs_digest": digest}  # fmt: skip
-

@@ -59,7 +59,6 @@ def deterministic_tar(folder: Path, out: Path) -> None:
                 tar.addfile(info, fh)
 
 
-
 def wheelhouse_tar(name: str, requirements: list[str], python_version: str | None = None) -> Path:
     """A tar of the wheels REQUIREMENTS resolve to, made once under .state/wheelhouses: one file to
     copy to a host that installs with --no-index (no index reachable, or a TLS proxy it distrusts)."""
