@@ -78,6 +78,18 @@ def space_problem(host: str, what: str, path: str, free: int, *, needed: int, va
             f"there, or lower {variable} if you know better")  # fmt: skip
 
 
+def build_runs(run_tags: object, skip_tags: object) -> bool:
+    """Whether this run's tags reach the Build play, so the build's disk space matters.
+
+    A run of preflight alone asks "can this host take the stack?" and is answered for the build too;
+    `--tags preflight,provision` builds nothing, and refusing it for image space would be wrong."""
+    run = {str(t) for t in run_tags} if isinstance(run_tags, list | tuple | set) else {"all"}
+    skip = {str(t) for t in skip_tags} if isinstance(skip_tags, list | tuple | set) else set()
+    if "build" in skip:
+        return False
+    return bool(run & {"all", "build"}) or run == {"preflight"}
+
+
 def host_problems(host: str, reads: dict[str, object], options: dict[str, object]) -> list[str]:
     """Disk and port, from the preflight role's reads (see roles/preflight/tasks/host.yml)."""
     free = parse_free(str(reads.get("free", "")))
@@ -86,11 +98,11 @@ def host_problems(host: str, reads: dict[str, object], options: dict[str, object
     build_gib = options.get("build_free_gb")
     needed = int(float(str(build_gib)) * GIB) if build_gib not in (None, "") else build_space_needed(
         str(options.get("profile", "")), bool(reads.get("image_present")))  # fmt: skip
-    for what, path, need, variable in (
-        ("the Docker data root, for the image build", docker_root, needed, "preflight_build_free_gb"),
-        ("the model's filesystem", model_path, int(float(str(options.get("model_free_gb", 1))) * GIB),
-         "preflight_model_free_gb"),
-    ):  # fmt: skip
+    checks = [("the model's filesystem", model_path, int(float(str(options.get("model_free_gb", 1))) * GIB),
+               "preflight_model_free_gb")]  # fmt: skip
+    if build_runs(options.get("run_tags", ["all"]), options.get("skip_tags", [])):
+        checks.insert(0, ("the Docker data root, for the image build", docker_root, needed, "preflight_build_free_gb"))
+    for what, path, need, variable in checks:
         if path in free and (problem := space_problem(host, what, path, free[path], needed=need, variable=variable)):
             out.append(problem)
     port = int(str(options["port"]))

@@ -52,3 +52,13 @@ def test_too_little_space_for_the_build_names_the_path_and_the_variable():
 def test_the_model_filesystem_and_an_explicit_threshold():
     problems = host_problems("gpu-1", reads(), {**OPTIONS, "build_free_gb": "1000", "model_free_gb": 60})
     assert len(problems) == 2 and "/srv/models/target" in problems[1] and "60 GiB needed" in problems[1]
+
+
+def test_build_space_is_checked_only_when_the_build_play_runs():
+    short = reads(free=f"/var/lib/docker {5 * GIB}\n/srv/models/target {50 * GIB}")
+    for run_tags, skip_tags in ((["all"], []), (["build"], []), (["preflight"], []), (["preflight", "build"], [])):
+        options = {**OPTIONS, "run_tags": run_tags, "skip_tags": skip_tags}
+        assert len(host_problems("gpu-1", short, options)) == 1, (run_tags, skip_tags)
+    for run_tags, skip_tags in ((["preflight", "provision"], []), (["all"], ["build"]), (["deploy"], [])):
+        options = {**OPTIONS, "run_tags": run_tags, "skip_tags": skip_tags}
+        assert host_problems("gpu-1", short, options) == [], (run_tags, skip_tags)
