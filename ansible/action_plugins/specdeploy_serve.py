@@ -36,10 +36,10 @@ class ActionModule(SpecdeployAction):
         "warm_page_cache": {"type": "bool", "default": True},
         "state_dir": {"type": "str", "default": DEFAULT_STATE_DIR},
         "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
-        # A fleet: the router's inventory host (empty: no router) and this engine's address there.
+        # A fleet: the router's inventory host (empty: no router) and this engine's URL there.
         "router_host": {"type": "str", "default": ""},
         "router_port": {"type": "int", "default": 8080},
-        "fleet_address": {"type": "str", "default": ""},
+        "fleet_worker": {"type": "str", "default": ""},  # the router's URL for it (roles/serving)
     }
 
     def membership(self, args: dict[str, Any], port: int) -> RouterMembership | None:
@@ -47,9 +47,8 @@ class ActionModule(SpecdeployAction):
             return None
         router_vars = self.task_vars["hostvars"][args["router_host"]]
         settings = {k: self._templar.template(router_vars[k]) for k in CONNECTION_VARS if k in router_vars}
-        address = args["fleet_address"] or str(self.hostvars.get("ansible_host", self.host_name))
-        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"],
-                                worker_url(address, port), self.say)  # fmt: skip
+        worker = args["fleet_worker"] or worker_url(str(self.hostvars.get("ansible_host", self.host_name)), port)
+        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"], worker, self.say)
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})

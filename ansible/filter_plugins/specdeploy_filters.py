@@ -7,7 +7,9 @@ from typing import Any
 
 from specdeploy import pins
 from specdeploy.fleet import router as fleet_router
+from specdeploy.fleet import router_api
 from specdeploy.fleet import schedule as fleet_schedule
+from specdeploy.fleet import sentinel as fleet_sentinel
 from specdeploy.gpu import checks as gpu_checks
 from specdeploy.gpu.facts import (
     CSV_FORMAT,
@@ -119,6 +121,15 @@ def router_command(settings: dict[str, Any], binary: str) -> str:
     return shlex.join(fleet_router.RouterConfig.from_vars(settings).command(binary))
 
 
+def sentinel_command(settings: dict[str, Any], python: str) -> str:
+    """The sentinel unit's ExecStart (shell-quoted as systemd splits it)."""
+    return shlex.join(fleet_sentinel.command(python, settings))
+
+
+def worker_url(address: str, port: int | str) -> str:
+    return router_api.worker_url(str(address), int(port))
+
+
 def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
     """The Deploy play's `serial`: the batch sizes of rollout_max_unavailable (specdeploy.fleet.schedule)."""
     if not hosts:  # no inventory (ansible-lint, --list-tasks): the play has no host to batch
@@ -133,6 +144,9 @@ class FilterModule:
             "specdeploy_router_problems": router_problems,
             "specdeploy_router_command": router_command,
             "specdeploy_fleet_serial": fleet_serial,
+            "specdeploy_sentinel_command": sentinel_command,
+            "specdeploy_sentinel_path": fleet_sentinel.PATHS.__getitem__,
+            "specdeploy_worker_url": worker_url,
             "specdeploy_remote_code_warnings": serving_variables.remote_code_warnings,
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_serving_problems": serving_problems,

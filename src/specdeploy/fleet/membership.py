@@ -13,7 +13,7 @@ import httpx
 
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
-from specdeploy.fleet.router import membership_request
+from specdeploy.fleet.router_api import members_url, membership_url
 
 TIMEOUT_S = 30.0  # add_worker waits for the worker's /health; a READY engine answers at once
 
@@ -38,12 +38,12 @@ class RouterMembership:
             forward.stop()
 
     def members(self) -> list[str]:
-        resp = self._request("GET", lambda port: f"http://127.0.0.1:{port}/list_workers")
+        resp = self._request("GET", members_url)
         resp.raise_for_status()
         return [str(u) for u in resp.json().get("urls", [])]
 
     def leave(self) -> None:
-        resp = self._request("POST", lambda port: membership_request("remove", self.worker, port)["url"])
+        resp = self._request("POST", lambda port: membership_url("remove", self.worker, port))
         if resp.status_code != 200:
             raise SpecdeployError(f"the router refused to remove {self.worker}: {resp.status_code} {resp.text[:200]}")
         self.say(f"left the router ({self.worker}); in-flight requests finish before the engine stops")
@@ -52,7 +52,7 @@ class RouterMembership:
         """Add the worker unless it is a member; True when it was added."""
         if self.worker in self.members():
             return False
-        resp = self._request("POST", lambda port: membership_request("add", self.worker, port)["url"])
+        resp = self._request("POST", lambda port: membership_url("add", self.worker, port))
         if resp.status_code != 200:
             raise SpecdeployError(
                 f"the router refused to add {self.worker}: {resp.status_code} {resp.text[:200]}",

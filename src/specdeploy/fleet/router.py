@@ -17,10 +17,12 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from specdeploy import pins
 from specdeploy.build import wheels
+from specdeploy.fleet.router_api import worker_url
+
+__all__ = ["POLICIES", "RouterConfig", "is_loopback", "wheelhouse", "worker_url"]
 
 CONSTRAINTS = Path(__file__).with_name("router-constraints.txt")
 
@@ -84,21 +86,6 @@ class RouterConfig:
             "--request-timeout-secs", str(self.request_timeout_s),
             *self.extra_args,
         ]  # fmt: skip
-
-
-def worker_url(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}"
-
-
-def membership_request(action: str, worker: str, router_port: int) -> dict[str, Any]:
-    """The router API call that adds or removes a worker, against ROUTER_PORT on loopback."""
-    if action not in ("add", "remove"):
-        raise ValueError(f"membership action {action!r}: add or remove")
-    return {
-        "url": f"http://127.0.0.1:{router_port}/{action}_worker?url={quote(worker, safe='')}",
-        "method": "POST",
-    }
 
 
 def wheelhouse(python_version: str | None = None) -> Path:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from specdeploy.fleet.router import RouterConfig, membership_request, worker_url
+from specdeploy.fleet.router import RouterConfig
 from specdeploy.serve.config import ServingConfig
 
 
@@ -16,13 +16,6 @@ def test_the_router_refuses_to_leave_loopback_and_bad_values():
     assert any("leaves loopback" in p and "add/remove_worker API is open" in p for p in problems), problems
     assert any("router_policy" in p for p in problems) and any("router_port" in p for p in problems)
     assert RouterConfig().problems() == []
-
-
-def test_membership_requests_and_worker_urls():
-    assert worker_url("172.17.0.3", 8000) == "http://172.17.0.3:8000"
-    assert worker_url("fd00::1", 8000) == "http://[fd00::1]:8000"
-    call = membership_request("remove", "http://172.17.0.3:8000", 8080)
-    assert call == {"url": "http://127.0.0.1:8080/remove_worker?url=http%3A%2F%2F172.17.0.3%3A8000", "method": "POST"}
 
 
 def test_a_drain_timeout_renders_vllms_shutdown_timeout_and_lengthens_the_stop():

@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specdeploy.fleet.sentinel import (
+    PATHS,
+    Probe,
+    Sentinel,
+    Settings,
+    Worker,
+    WorkerState,
+    command,
+    judge,
+    main,
+    probe_completion,
+    probe_health,
+    read_workers,
+)
+
+
+class FakeEngine(BaseHTTPRequestHandler):
+    """An OpenAI-shaped HTTP server whose behaviour the test switches (mode on the server)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, doc: object) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        mode = self.server.mode  # type: ignore[attr-defined]
+        self._send(503 if mode == "dead" else 200, {})
+
+    def do_POST(self) -> None:
+        self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        mode = self.server.mode  # type: ignore[attr-defined]
+        if mode == "frozen":
+            time.sleep(1.5)
+            return
+        if mode in ("error", "dead"):
+            self._send(500, {"error": "EngineCore encountered an issue"})
+            return
+        self._send(200, {"choices": [{"text": "!"}]})
+
+
+@pytest.fixture
+def engine() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeEngine)
+    server.mode, server.seen = "ok", []  # type: ignore[attr-defined]
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class FakeRouter:
+    def __init__(self, members: set[str]) -> None:
+        self.port, self.urls, self.calls = 8080, set(members), []
+
+    def members(self) -> set[str]:
+        return set(self.urls)
+
+    def change(self, action: str, worker: str) -> None:
+        self.calls.append((action, worker))
+        (self.urls.add if action == "add" else self.urls.discard)(worker)
+
+
+def test_a_death_takes_a_member_out_at_once_and_a_completion_brings_it_back():
+    member = WorkerState(member=True)
+    out = judge(member, Probe("down", "refused"), 3, now=10.0)
+    assert out.action == "remove" and "engine down: refused" in out.reason and out.state.since == 10.0
+    gone = WorkerState(member=False, out_by_sentinel=True, failures=3)
+    assert judge(gone, Probe("down", "refused"), 3, 11.0).action is None  # already out: no flapping
+    back = judge(gone, Probe("ok", "a completion answered in 0.1 s"), 3, 12.0)
+    assert back.action == "add" and back.state.failures == 0 and "serves again" in back.reason
+
+
+def test_failed_completions_count_and_health_200_proves_nothing():
+    state = WorkerState(member=True)
+    for _ in range(2):
+        state = judge(state, Probe("stalled", "no answer"), 3, 1.0).state
+        state = judge(state, Probe("alive", "/health 200"), 3, 1.0).state  # does not reset the count
+    assert state.failures == 2
+    third = judge(state, Probe("failed", "answered 500"), 3, 2.0)
+    assert third.action == "remove" and "3 failed completions in a row (last: failed, answered 500)" in third.reason
+    assert judge(state, Probe("ok"), 3, 2.0).state.failures == 0
+
+
+def test_a_worker_the_sentinel_did_not_take_out_is_left_to_its_owner():
+    # Not a member and not taken out by us: a rollout holds it (removed before the stop).
+    rolled = WorkerState(member=False, out_by_sentinel=False)
+    assert judge(rolled, Probe("ok"), 3, 1.0).action is None
+    assert judge(rolled, Probe("down", "refused"), 3, 1.0).action is None
+
+
+def test_probes_against_a_real_http_server(engine):
+    worker = Worker(url(engine), "m", api_key="k-secret")
+    assert probe_completion(worker, 5).kind == "ok" and engine.seen == ["Bearer k-secret"]
+    assert probe_health(worker).kind == "alive"
+    engine.mode = "error"
+    failed = probe_completion(worker, 5)
+    assert failed.kind == "failed" and "500" in failed.detail and "EngineCore" in failed.detail
+    engine.mode = "frozen"
+    assert probe_completion(worker, 0.5).kind == "stalled"
+    engine.mode = "dead"
+    assert probe_health(worker).kind == "dead"
+    refused = Worker(f"http://127.0.0.1:{closed_port()}", "m")
+    assert probe_health(refused).kind == "down" and probe_completion(refused, 1).kind == "down"
+    assert "k-secret" not in repr(worker)
+
+
+def test_the_sentinel_keeps_state_and_transitions_and_rejoins_when_someone_else_did_not(tmp_path):
+    router = FakeRouter({"http://w1:8000"})
+    lines: list[str] = []
+    sentinel = Sentinel(Settings(failures=2), router, tmp_path / "state.json", say=lines.append)  # type: ignore[arg-type]
+    worker = Worker("http://w1:8000", "m")
+    sentinel.step(worker, Probe("stalled", "no answer"), now=1.0)
+    assert router.calls == []
+    sentinel.step(worker, Probe("stalled", "no answer"), now=2.0)
+    assert router.calls == [("remove", "http://w1:8000")] and lines[-1].startswith("sentinel: OUT http://w1:8000: 2 ")
+    sentinel.step(worker, Probe("ok", "a completion answered in 0.2 s"), now=3.0)
+    assert router.calls[-1] == ("add", "http://w1:8000") and "BACK" in lines[-1]
+    doc = json.loads((tmp_path / "state.json").read_text())
+    assert [t["to"] for t in doc["transitions"]] == ["out", "back"]
+    assert doc["workers"]["http://w1:8000"]["member"] is True
+    # A rollout takes it out and back by itself: the sentinel does not interfere.
+    router.urls.clear()
+    sentinel.step(worker, Probe("down", "refused"), now=4.0)
+    assert router.calls[-1] == ("add", "http://w1:8000") and len(router.calls) == 2
+
+
+def test_the_sentinel_loop_against_a_real_engine_server(engine, tmp_path):
+    """Registered by file; frozen: out after its failed completions; answering again: back."""
+    (tmp_path / "workers").mkdir()
+    worker_url = url(engine)
+    (tmp_path / "workers" / "host-1.json").write_text(json.dumps({"url": worker_url, "model": "m", "api_key": "k"}))
+    assert read_workers(tmp_path / "workers")["host-1"].url == worker_url
+    router = FakeRouter({worker_url})
+    lines: list[str] = []
+    settings = Settings(interval_s=0.3, failures=2, completion_timeout_s=0.4, health_every_s=0.1)
+    sentinel = Sentinel(settings, router, tmp_path / "state.json", say=lines.append)  # type: ignore[arg-type]
+    stop = threading.Event()
+    thread = threading.Thread(target=sentinel.run, args=(tmp_path / "workers", stop, 0.1), daemon=True)
+    thread.start()
+    try:
+        engine.mode = "frozen"
+        deadline = time.monotonic() + 10
+        while ("remove", worker_url) not in router.calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ("remove", worker_url) in router.calls, lines
+        engine.mode = "ok"
+        while router.calls[-1] != ("add", worker_url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert router.calls[-1] == ("add", worker_url), lines
+    finally:
+        stop.set()
+        thread.join(5)
+    assert any("OUT" in line and "stalled" in line for line in lines)
+
+
+def test_bad_arguments_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--workers-dir", str(tmp_path), "--state", str(tmp_path / "s"), "--failures", "0"])
+    assert "--failures" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{")
+    assert read_workers(tmp_path) == {}
+
+
+def test_the_unit_command_carries_the_settings_and_no_secret():
+    cmd = command(
+        "/opt/s/bin/python", {"router_port": "8080", "interval": "15", "failures": 3, "completion_timeout": 10}
+    )
+    assert cmd[:3] == ["/opt/s/bin/python", "-m", "specdeploy.fleet.sentinel"]
+    assert cmd[cmd.index("--interval") + 1] == "15" and cmd[cmd.index("--workers-dir") + 1] == PATHS["workers"]
+    assert not any("key" in part for part in cmd)
+    with pytest.raises(ValueError):
+        command("/p", {"router_port": "x", "interval": 1, "failures": 1, "completion_timeout": 1})
