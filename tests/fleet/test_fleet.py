@@ -139,8 +139,11 @@ def test_a_bad_version_stops_at_the_first_host_and_drops_no_request(fleet):
         assert len(httpx.get(f"{base}/list_workers", timeout=30).json()["urls"]) == HOSTS
 
 
+ROUTER_HOST = 1  # testbed-1 (host names count from 1)
+
+
 def on_host(index: int, script: str) -> str:
-    """A shell command on test host INDEX itself (its container, through the local Docker)."""
+    """A shell command on test host testbed-INDEX itself (its container, through the local Docker)."""
     container = docker.from_env().containers.get(testbed.container_name(testbed.host_name(index)))
     code, out = container.exec_run(["sh", "-c", script])
     assert code == 0, (script, out.decode(errors="replace"))
@@ -167,15 +170,15 @@ def wait_for(base: str, worker: str, member: bool, timeout_s: float) -> float:
 
 
 def sentinel_journal() -> str:
-    return on_host(0, "journalctl -u specdeploy-sentinel --no-pager -o cat | tail -n 200")
+    return on_host(ROUTER_HOST, "journalctl -u specdeploy-sentinel --no-pager -o cat | tail -n 200")
 
 
 def test_the_sentinel_takes_a_killed_engine_out_within_its_interval_and_back_after_it_serves(fleet):
-    worker = worker_of(1)
-    with router() as base, Load(base, MODEL, api_key(), pause_s=0.2) as load:
+    worker = worker_of(2)
+    with router() as base, Load(base, MODEL, api_key(), pause_s=0.5) as load:
         wait_for(base, worker, True, 60)
         time.sleep(3)
-        on_host(1, "kill -KILL $(docker inspect -f '{{.State.Pid}}' specdeploy-engine)")
+        on_host(2, "kill -KILL $(docker inspect -f '{{.State.Pid}}' specdeploy-engine)")
         out_after = wait_for(base, worker, False, 60)
         out_at = time.monotonic()
         # Docker's restart policy brings it back; the sentinel adds it once a completion answers.
@@ -192,24 +195,24 @@ def test_the_sentinel_takes_a_killed_engine_out_within_its_interval_and_back_aft
 
 
 def test_the_sentinel_takes_a_frozen_engine_out_after_its_failed_completions(fleet):
-    worker = worker_of(2)
+    worker = worker_of(3)
     with router() as base, Load(base, MODEL, api_key(), pause_s=0.5) as load:
         wait_for(base, worker, True, 60)
-        on_host(2, "pkill -STOP -f '[E]ngineCore'")
+        on_host(3, "pkill -STOP -f '[E]ngineCore'")
         try:
             # Its API process still answers: /health says 200 while no completion is served.
-            health = on_host(0, f"python3 -c \"import urllib.request as u; print(u.urlopen('{worker}/health', "
+            health = on_host(ROUTER_HOST, f"python3 -c \"import urllib.request as u; print(u.urlopen('{worker}/health', "
                                 "timeout=5).status)\"")  # fmt: skip
             out_after = wait_for(base, worker, False, SENTINEL_FAILURES * (SENTINEL_INTERVAL + SENTINEL_TIMEOUT) + 30)
         finally:
-            on_host(2, "pkill -CONT -f '[E]ngineCore'")
+            on_host(3, "pkill -CONT -f '[E]ngineCore'")
         back_after = wait_for(base, worker, True, 300)
         time.sleep(3)
     assert health.strip() == "200", health
     assert load.result.failures == [], load.result.failures[:10]  # held requests finish after SIGCONT
     journal = sentinel_journal()
     assert f"OUT {worker}: {SENTINEL_FAILURES} failed completions in a row" in journal, journal[-3000:]
-    state = json.loads(on_host(0, "cat /var/lib/specdeploy-sentinel/state.json"))
+    state = json.loads(on_host(ROUTER_HOST, "cat /var/lib/specdeploy-sentinel/state.json"))
     assert state["workers"][worker]["member"] is True and state["transitions"][-1]["to"] == "back"
     record_timing("sentinel: engine core SIGSTOPped (/health 200), out of the router after", out_after)
     record_timing("sentinel: SIGCONT, back in the router after", back_after)

@@ -65,6 +65,14 @@ class ServingConfig:
     # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,
     # >= 0.18). A fleet host leaves the router first, so these are the last requests it serves.
     drain_timeout: int = 0
+    # One model across hosts with the engines' own multi-node launch (no Ray): vLLM
+    # --nnodes/--node-rank/--master-addr/--master-port, ranks > 0 --headless (no API server);
+    # SGLang --nnodes/--node-rank/--dist-init-addr. Its ranks talk on ports of their own choosing,
+    # so a multi-node engine runs on the host's network.
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = ""
+    master_port: int = 29501
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -76,7 +84,7 @@ class ServingConfig:
         known["api_key"] = known.get("api_key") or None
         known["max_model_len"] = int(known["max_model_len"]) if known.get("max_model_len") else None
         ints = ("tensor_parallel_size", "pipeline_parallel_size", "num_speculative_tokens", "port", "memlock_bytes",
-                "stack_bytes", "drain_timeout")  # fmt: skip
+                "stack_bytes", "drain_timeout", "nnodes", "node_rank", "master_port")  # fmt: skip
         for name in ints:
             if name in known:
                 known[name] = int(known[name])
@@ -115,9 +123,43 @@ class ServingConfig:
         if self.engine == "vllm" and (self.attention_backend or self.draft_attention_backend):
             out.append("serving_attention_backend / serving_draft_attention_backend are SGLang's flags; for vLLM set "
                        "serving_env: {VLLM_ATTENTION_BACKEND: ...}")  # fmt: skip
+        out += self._multi_node_problems()
         if any("api-key" in arg for arg in self.extra_args):
             out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
         return out
+
+    def _multi_node_problems(self) -> list[str]:
+        if self.nnodes == 1:
+            return []
+        out = []
+        if not 0 <= self.node_rank < self.nnodes:
+            out.append(f"serving_node_rank={self.node_rank}: must be from 0 to {self.nnodes - 1} (serving_nnodes)")
+        if not self.master_addr:
+            out.append("serving_nnodes > 1 needs serving_master_addr: the address of rank 0's host, reachable from all")
+        if (self.tensor_parallel_size * self.pipeline_parallel_size) % self.nnodes:
+            sizes = f"{self.tensor_parallel_size} x {self.pipeline_parallel_size}"
+            out.append(f"serving_nnodes={self.nnodes} must divide tensor x pipeline parallel ({sizes}): each host "
+                       "holds an equal share")  # fmt: skip
+        return out
+
+    @property
+    def host_network(self) -> bool:
+        return self.nnodes > 1
+
+    @property
+    def serves_api(self) -> bool:
+        """vLLM's ranks > 0 run headless: the API (and its readiness) is rank 0's."""
+        return not (self.engine == "vllm" and self.nnodes > 1 and self.node_rank > 0)
+
+    def _multi_node_args(self) -> list[str]:
+        if self.nnodes == 1:
+            return []
+        if self.engine == "vllm":
+            args = ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                    "--master-addr", self.master_addr, "--master-port", str(self.master_port)]  # fmt: skip
+            return [*args, "--headless"] if self.node_rank > 0 else args
+        return ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                "--dist-init-addr", f"{self.master_addr}:{self.master_port}"]  # fmt: skip
 
     # ------------------------------------------------------------------ the engine
 
@@ -128,7 +170,7 @@ class ServingConfig:
 
     def _vllm(self) -> list[str]:
         cmd = ["vllm", "serve", MODEL_MOUNT, "--served-model-name", self.served_model_name,
-               "--host", "0.0.0.0", "--port", str(self.port),
+               "--host", self._listen_address, "--port", str(self.port),
                "--tensor-parallel-size", str(self.tensor_parallel_size),
                "--pipeline-parallel-size", str(self.pipeline_parallel_size)]  # fmt: skip
         if self.max_model_len:
@@ -141,7 +183,19 @@ class ServingConfig:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if self.drain_timeout:
             cmd += ["--shutdown-timeout", str(self.drain_timeout)]
-        return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("vllm_args", [])), *self.extra_args]
+        nccl = (str(a) for a in self.nccl.get("vllm_args", []))
+        return [*cmd, *self._model_code_args(), *self._multi_node_args(), *nccl, *self.extra_args]
+
+    def _network(self) -> dict[str, Any]:
+        if self.host_network:
+            return {"network_mode": "host"}
+        return {"ports": {f"{self.port}/tcp": (self.bind_address, self.port)}}
+
+    @property
+    def _listen_address(self) -> str:
+        """Inside its own network namespace the API listens everywhere and Docker publishes the port
+        on the bind address; on the host's network it listens on the bind address itself."""
+        return self.bind_address if self.host_network else "0.0.0.0"
 
     @property
     def stop_timeout_s(self) -> int:
@@ -156,7 +210,7 @@ class ServingConfig:
 
     def _sglang(self) -> list[str]:
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL_MOUNT,
-               "--served-model-name", self.served_model_name, "--host", "0.0.0.0", "--port", str(self.port),
+               "--served-model-name", self.served_model_name, "--host", self._listen_address, "--port", str(self.port),
                "--tp-size", str(self.tensor_parallel_size), "--pp-size", str(self.pipeline_parallel_size)]  # fmt: skip
         if self.max_model_len:
             cmd += ["--context-length", str(self.max_model_len)]
@@ -172,8 +226,8 @@ class ServingConfig:
             cmd += ["--attention-backend", self.attention_backend]
         if self.draft_attention_backend and self.speculative_method == "eagle3":
             cmd += ["--speculative-draft-attention-backend", self.draft_attention_backend]
-        return [*cmd, *self._model_code_args(), *(str(a) for a in self.nccl.get("sglang_args", [])),
-                *self.extra_args]  # fmt: skip
+        return [*cmd, *self._model_code_args(), *self._multi_node_args(),
+                *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
         env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()}, **self.env}
@@ -206,7 +260,7 @@ class ServingConfig:
             },
             # py-spy reads a stalled engine's stacks (the watchdog's dump) with ptrace.
             "cap_add": ["SYS_PTRACE"],
-            "ports": {f"{self.port}/tcp": (self.bind_address, self.port)},
+            **self._network(),
             "labels": {CONFIG_LABEL: self.digest(), "io.specdeploy.served-model": self.served_model_name},
             "restart_policy": {"Name": "no"},
             "detach": True,

@@ -156,6 +156,10 @@ RULES: dict[str, Check] = {
     "serving_drain_timeout": integer(0, 3600),
     "serving_attention_backend": parser_name,
     "serving_draft_attention_backend": parser_name,
+    "serving_nnodes": integer(1, 64),
+    "serving_node_rank": integer(0, 63),
+    "serving_master_addr": lambda value: None if value in ("", None) else ip_address(value),
+    "serving_master_port": integer(1, 65535),
 }
 
 
