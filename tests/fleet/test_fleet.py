@@ -201,8 +201,8 @@ def test_the_sentinel_takes_a_frozen_engine_out_after_its_failed_completions(fle
         on_host(3, "pkill -STOP -f '[E]ngineCore'")
         try:
             # Its API process still answers: /health says 200 while no completion is served.
-            health = on_host(ROUTER_HOST, f"python3 -c \"import urllib.request as u; print(u.urlopen('{worker}/health', "
-                                "timeout=5).status)\"")  # fmt: skip
+            probe = f"import urllib.request as u; print(u.urlopen('{worker}/health', timeout=5).status)"
+            health = on_host(ROUTER_HOST, f'python3 -c "{probe}"')
             out_after = wait_for(base, worker, False, SENTINEL_FAILURES * (SENTINEL_INTERVAL + SENTINEL_TIMEOUT) + 30)
         finally:
             on_host(3, "pkill -CONT -f '[E]ngineCore'")

@@ -5,7 +5,8 @@ from specdeploy.serve.config import ServingConfig
 
 def test_one_model_across_two_hosts_renders_each_engines_multi_node_launch():
     base = {"engine": "vllm", "image": "i", "model_path": "/m", "served_model_name": "m", "pipeline_parallel_size": 2,
-            "nnodes": "2", "master_addr": "10.0.0.1", "master_port": "29501", "bind_address": "10.0.0.1", "api_key": "k"}  # fmt: skip
+            "nnodes": "2", "master_addr": "10.0.0.1", "master_port": "29501", "bind_address": "10.0.0.1",
+            "api_key": "k"}  # fmt: skip
     head, other = ServingConfig.from_vars(base), ServingConfig.from_vars({**base, "node_rank": 1})
     assert head.problems() == [] and other.problems() == []
     cmd = head.command()
