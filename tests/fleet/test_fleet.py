@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from specdeploy.connection import docker_client
+from specdeploy.fleet import schedule as fleet_schedule
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
 from specdeploy.targets import Target, forward_port
 from specdeploy_testbed import fleet as testbed_fleet
@@ -121,6 +122,18 @@ def test_a_rolling_deploy_under_load_drops_no_request(fleet):
                         re.MULTILINE)  # fmt: skip
     assert events == ["left the router", "READY", "joined the router"] * HOSTS, events
     record_timing(f"rolling deploy, {HOSTS} hosts", run.seconds)
+    # specdeploy plan, given the start-ups this rollout measured, against the rollout itself: at
+    # least the engines' windows without any drain; at most with the whole drain bound, plus what a
+    # converged run of the other plays costs.
+    ready = [float(s) for s in re.findall(r"^  \S+: (?:specdeploy-engine: )?READY (\d+(?:\.\d+)?)s", run.output,
+                                          re.MULTILINE)]  # fmt: skip
+    assert len(ready) == HOSTS, ready
+    names = [f"testbed-{i}" for i in range(1, HOSTS + 1)]
+    low = fleet_schedule.plan(names, 1, load_s=sum(ready) / HOSTS, drain_s=0).duration_s
+    high = fleet_schedule.plan(names, 1, load_s=sum(ready) / HOSTS, drain_s=testbed_fleet.DRAIN_TIMEOUT_S).duration_s
+    assert low <= run.seconds <= high + fleet.seconds, (low, run.seconds, high, fleet.seconds)
+    record_timing(f"  plan (given these start-ups): {low:.0f}-{high:.0f} s + the other plays; measured",
+                  run.seconds)  # fmt: skip
     record_timing(f"  under load: {result.sent} completions, 0 failed, p50", result.percentile(0.5))
     record_timing("  under load: p99", result.percentile(0.99))
 
