@@ -14,7 +14,7 @@ from specdeploy.actions import SpecdeployAction
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
-from specdeploy.fleet.router import worker_url
+from specdeploy.fleet.router_api import worker_url
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import ServingConfig
@@ -52,7 +52,7 @@ class ActionModule(SpecdeployAction):
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
-        problems = cfg.problems()
+        problems = cfg.problems() + cfg.rollout_problems()
         if problems:
             return {"failed": True, "msg": "; ".join(problems)}
         conn, grace = self.connection, args["reconnect_grace"]

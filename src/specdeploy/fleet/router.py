@@ -20,9 +20,6 @@ from typing import Any
 
 from specdeploy import pins
 from specdeploy.build import wheels
-from specdeploy.fleet.router_api import worker_url
-
-__all__ = ["POLICIES", "RouterConfig", "is_loopback", "wheelhouse", "worker_url"]
 
 CONSTRAINTS = Path(__file__).with_name("router-constraints.txt")
 

@@ -239,8 +239,10 @@ class Sentinel:
                 self.transitions.append({"time": now, "worker": worker.url, "to": verb.lower(),
                                          "reason": decision.reason})  # fmt: skip
                 del self.transitions[:-KEEP_TRANSITIONS]
+            changed = new != self.states.get(worker.url) or decision.action is not None
             self.states[worker.url] = new
-            self._save()
+            if changed:  # not on every probe: a steady engine writes nothing
+                self._save()
             return replace(decision, state=new)
 
     def worker(self, name: str) -> Worker | None:

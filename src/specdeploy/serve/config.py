@@ -142,6 +142,14 @@ class ServingConfig:
                        "holds an equal share")  # fmt: skip
         return out
 
+    def rollout_problems(self) -> list[str]:
+        """What the rollout cannot do yet, said before it touches the host."""
+        if self.nnodes == 1:
+            return []
+        return [f"serving_nnodes={self.nnodes}: rendered and checked (the command each rank runs is printed above), "
+                "but rolling out an engine over several hosts is not built yet: a headless rank has no API for "
+                "the watchdog's READY completion (README: One model across hosts)"]  # fmt: skip
+
     @property
     def host_network(self) -> bool:
         return self.nnodes > 1

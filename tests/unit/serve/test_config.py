@@ -22,3 +22,11 @@ def test_one_model_across_two_hosts_renders_each_engines_multi_node_launch():
     bad = ServingConfig.from_vars({**base, "nnodes": 3, "node_rank": 3, "master_addr": ""}).problems()
     assert any("serving_node_rank=3" in p for p in bad) and any("serving_master_addr" in p for p in bad)
     assert any("must divide tensor x pipeline" in p for p in bad)
+
+
+def test_a_multi_node_engine_is_refused_by_the_rollout_until_it_can_prove_a_headless_rank():
+    base = {"engine": "vllm", "image": "i", "model_path": "/m", "served_model_name": "m", "pipeline_parallel_size": 2,
+            "nnodes": 2, "master_addr": "10.0.0.1"}  # fmt: skip
+    (problem,) = ServingConfig.from_vars(base).rollout_problems()
+    assert "serving_nnodes=2" in problem and "not built yet" in problem
+    assert ServingConfig.from_vars({**base, "nnodes": 1}).rollout_problems() == []
