@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet bench deploy verify endpoint status logs rollback clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet bench bench-fleet deploy verify endpoint status logs rollback clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -79,12 +79,16 @@ test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no
 
 test: lint test-unit test-integration test-e2e ## Everything CI runs, test bed and real engine included
 
-bench: setup ## Benchmarks (not tests): patch apply+verify on real releases; watch latency and overhead
+bench: setup ## Benchmarks (not tests): patches, watch, deploy, image; the fleet's latency in a rolling deploy
 	$(BIN)/python bench/bench_patch.py
 	$(BIN)/python bench/bench_watch.py
 	$(BIN)/python bench/bench_watch_corpus.py
 	$(BIN)/python bench/bench_deploy.py
 	$(BIN)/python bench/bench_image.py
+	$(BIN)/python bench/bench_fleet.py
+
+bench-fleet: setup ## The fleet's latency, steady and during a rolling deploy (3 test-bed hosts; 30+ min)
+	$(BIN)/python bench/bench_fleet.py
 
 deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
 	$(BIN)/specdeploy deploy $(TARGET_ARGS)

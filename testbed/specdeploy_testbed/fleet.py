@@ -10,12 +10,27 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ansible.parsing.vault import VaultLib, VaultSecret
 
+from specdeploy.targets import Target, forward_port
+
+from . import testbed
+
 ROUTER_HOST_INDEX = 0  # testbed-1 runs the router (and an engine)
 DRAIN_TIMEOUT_S = 30
+HOSTS = 3
+MODEL = "tiny-kimi-k2.5"
+ROUTER_PORT, ROUTER_METRICS_PORT = 8080, 29000
+SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
+# `specdeploy deploy` arguments of the fleet that the fleet tests and `make bench` roll. Under load
+# the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds.
+DEPLOY_ARGS = ("--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600",
+               "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
+               "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}")  # fmt: skip
 
 
 def _private(path: Path, text: str) -> None:
@@ -60,3 +75,19 @@ def fleet_lines(hosts: list[tuple[str, str]], root: Path) -> str:
             block,
         ]
     return "".join(lines)
+
+
+def api_key() -> str:
+    return api_key_file(testbed.paths().root).read_text().strip()
+
+
+def host_target(index: int) -> Target:
+    """Test host INDEX (0-based) over SSH, as the deploy reaches it."""
+    return Target("127.0.0.1", testbed.SSH_USER, testbed.port_base() + index)
+
+
+@contextmanager
+def router(port: int = ROUTER_PORT) -> Iterator[str]:
+    """The router's port on its host, forwarded over SSH to loopback here: its base URL."""
+    with forward_port(host_target(ROUTER_HOST_INDEX), testbed.paths().ssh(), port) as local:
+        yield f"http://127.0.0.1:{local}"

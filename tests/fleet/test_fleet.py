@@ -12,8 +12,6 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import docker
 import httpx
@@ -23,26 +21,23 @@ import yaml
 from specdeploy.connection import docker_client
 from specdeploy.fleet import schedule as fleet_schedule
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
-from specdeploy.targets import Target, forward_port
 from specdeploy_testbed import fleet as testbed_fleet
 from specdeploy_testbed import testbed
+from specdeploy_testbed.fleet import (
+    HOSTS,
+    MODEL,
+    ROUTER_METRICS_PORT,
+    SENTINEL_FAILURES,
+    SENTINEL_INTERVAL,
+    SENTINEL_TIMEOUT,
+    api_key,
+    router,
+)
+from specdeploy_testbed.load import Load
 from tests.integration.helpers import ROOT, Result, record_timing, specdeploy
 
-from .load import Load
-
 pytestmark = pytest.mark.integration
-HOSTS = 3
-MODEL = "tiny-kimi-k2.5"
-ROUTER_PORT, ROUTER_METRICS_PORT = 8080, 29000
-SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
-# Under load the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds.
-FLEET = ["--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600",
-         "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
-         "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}"]  # fmt: skip
-
-
-def host_target(index: int) -> Target:
-    return Target("127.0.0.1", testbed.SSH_USER, testbed.port_base() + index)
+ROLLOUT_S = 2400  # the load runs as long as the rolling deploy may
 
 
 def engine(index: int) -> tuple[str, str, str, str]:
@@ -55,16 +50,6 @@ def engine(index: int) -> tuple[str, str, str, str]:
             container.image.tags[0])  # fmt: skip
 
 
-def api_key() -> str:
-    return testbed_fleet.api_key_file(testbed.paths().root).read_text().strip()
-
-
-@contextmanager
-def router(port: int = ROUTER_PORT) -> Iterator[str]:
-    with forward_port(host_target(0), testbed.paths().ssh(), port) as local:
-        yield f"http://127.0.0.1:{local}"
-
-
 def per_worker(metrics: str) -> dict[str, float]:
     counts: dict[str, float] = {}
     for worker, value in re.findall(r'^vllm_router_processed_requests_total\{[^}]*worker="([^"]+)"[^}]*\} (\S+)',
@@ -74,7 +59,7 @@ def per_worker(metrics: str) -> dict[str, float]:
 
 
 def deploy(*extra: str, timeout: int = 3600) -> Result:
-    return specdeploy("deploy", *FLEET, *extra, timeout=timeout)
+    return specdeploy("deploy", *testbed_fleet.DEPLOY_ARGS, *extra, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +89,9 @@ def test_the_router_spreads_completions_over_the_three_engines(fleet):
 
 def test_a_rolling_deploy_under_load_drops_no_request(fleet):
     before = {i: engine(i) for i in range(HOSTS)}
-    with router() as base, Load(base, MODEL, api_key()) as load:
+    with router() as base, Load(base, MODEL, api_key(), max_s=ROLLOUT_S) as load:
         time.sleep(5)
-        run = deploy("-e", "serving_num_speculative_tokens=2", timeout=2400)
+        run = deploy("-e", "serving_num_speculative_tokens=2", timeout=ROLLOUT_S)
         time.sleep(5)
     assert run.returncode == 0, run.output[-5000:]
     result = load.result

@@ -149,13 +149,15 @@ def test_broken_patch_set_fails_the_build_at_verify_with_the_root_cause(host_wit
     # The patch layer's RUN (venv, apply, verify) is the failing step.
     assert re.search(r"image build failed at step \d+/\d+ \(RUN python3 -m venv /opt/specdeploy", message), message
     assert re.search(r"deepseek_v2\.py:\d+: class DeepseekV2ForCausalLM does not inherit SupportsEagle3", message)
-    # The engine layers are cached: only the patch layer ran.
+    # The engine's install (the pip step of its own stage) came from the cache: a patch change never
+    # reinstalls the engine. Judged by the builder's log, not a wall-clock bound: on a slow CI disk,
+    # copying the cached venv into the final stage alone took 72 s.
     build_log = Path(re.findall(r"build_log: (\S+)", run.output)[-1]).read_text()
-    assert build_log.count("Using cache") >= 3
+    install = re.search(r"Step \d+/\d+ : RUN python3 -m venv /opt/engine .*\n(.*)", build_log)
+    assert install and "Using cache" in install[1], build_log[:3000]
     build_seconds = float(re.search(r"seconds: ([\d.]+)", message)[1])
     record_timing("broken patch set: play failed after", seconds)
     record_timing("broken patch set: docker build failed at verify after", build_seconds)
-    assert build_seconds < 60, build_seconds  # seconds, not a rebuild of the engine layers
 
 
 def test_drafter_with_a_wrong_manifest_is_refused_before_any_build(host_with_models):

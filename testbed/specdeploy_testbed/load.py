@@ -1,4 +1,5 @@
-"""A bounded load loop through the fleet's router: concurrent completions, each outcome recorded."""
+"""A bounded load loop through the test-bed fleet's router: concurrent completions, each outcome recorded
+(the fleet tests and `make bench` share it)."""
 
 from __future__ import annotations
 
