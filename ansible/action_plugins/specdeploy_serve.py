@@ -14,7 +14,7 @@ from specdeploy.actions import SpecdeployAction
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
-from specdeploy.fleet.router_api import worker_url
+from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import ServingConfig
@@ -39,6 +39,7 @@ class ActionModule(SpecdeployAction):
         # A fleet: the router's inventory host (empty: no router) and this engine's URL there.
         "router_host": {"type": "str", "default": ""},
         "router_port": {"type": "int", "default": 8080},
+        "sentinel_port": {"type": "int", "default": SENTINEL_PORT},
         "fleet_worker": {"type": "str", "default": ""},  # the router's URL for it (roles/serving)
     }
 
@@ -48,7 +49,8 @@ class ActionModule(SpecdeployAction):
         router_vars = self.task_vars["hostvars"][args["router_host"]]
         settings = {k: self._templar.template(router_vars[k]) for k in CONNECTION_VARS if k in router_vars}
         worker = args["fleet_worker"] or worker_url(str(self.hostvars.get("ansible_host", self.host_name)), port)
-        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"], worker, self.say)
+        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"], worker, self.say,
+                                args["sentinel_port"])  # fmt: skip
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
@@ -94,6 +96,8 @@ class ActionModule(SpecdeployAction):
         try:
             store = HostRecordStore(conn.commands, args["state_dir"])
             leave = fleet.leave if fleet is not None else lambda: None
+            if fleet is not None:
+                fleet.hold()
             rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace, before_stop=leave)
             if args["action"] == "rollback":
                 outcome = rollout.rollback()

@@ -163,8 +163,11 @@ def wait_for(base: str, worker: str, member: bool, timeout_s: float) -> float:
     start = time.monotonic()
     with httpx.Client(timeout=10) as http:
         while time.monotonic() - start < timeout_s:
-            if (worker in http.get(f"{base}/list_workers").json()["urls"]) == member:
-                return time.monotonic() - start
+            try:
+                if (worker in http.get(f"{base}/list_workers").json()["urls"]) == member:
+                    return time.monotonic() - start
+            except httpx.HTTPError:
+                pass  # the router is restarting
             time.sleep(0.2)
     raise AssertionError(f"{worker} {'never rejoined' if member else 'stayed in the router'} in {timeout_s:.0f} s")
 
@@ -217,6 +220,24 @@ def test_the_sentinel_takes_a_frozen_engine_out_after_its_failed_completions(fle
     assert state["workers"][worker]["member"] is True and state["transitions"][-1]["to"] == "back"
     record_timing("sentinel: engine core SIGSTOPped (/health 200), out of the router after", out_after)
     record_timing("sentinel: SIGCONT, back in the router after", back_after)
+
+
+def test_a_restarted_router_gets_its_workers_back_from_the_sentinel(fleet):
+    """vllm-router keeps the workers added through its API in memory only: after a restart (a crash,
+    Restart=always) it has none. The sentinel adds back each registered, unheld worker that serves."""
+    workers = [worker_of(i) for i in range(1, HOSTS + 1)]
+    on_host(ROUTER_HOST, "systemctl restart specdeploy-router")
+    start = time.monotonic()
+    with router() as base:
+        back = max(wait_for(base, worker, True, 120) for worker in workers)
+        resp = httpx.post(f"{base}/v1/completions", json={"model": MODEL, "prompt": "the fleet", "max_tokens": 4},
+                          headers={"Authorization": f"Bearer {api_key()}"}, timeout=120)  # fmt: skip
+    total = time.monotonic() - start
+    assert resp.status_code == 200, resp.text
+    assert back <= 2 * SENTINEL_INTERVAL + 10, back
+    journal = sentinel_journal()
+    assert all(f"BACK {w}: serves, and the router had lost it" in journal for w in workers), journal[-3000:]
+    record_timing(f"router restarted: all {HOSTS} workers back (sentinel) after", total)
 
 
 TWO_HOST_PORT, TWO_HOST_RENDEZVOUS = 8100, 29511

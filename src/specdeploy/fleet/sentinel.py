@@ -10,10 +10,16 @@ in its own thread:
 - every `interval`, a real one-token completion: `failures` in a row that fail or get no answer
   within `completion_timeout` (a frozen engine core behind an API process whose `/health` still
   says 200) take it out;
-- a worker it took out rejoins after a completion answers again (its READY proof).
+- a registered worker that is not a member rejoins once a completion answers (its READY proof):
+  after the sentinel took it out, and after the router lost it (a restarted router forgets every
+  worker added through its API, so without this a router crash would empty the fleet until the
+  next deploy).
 Docker's restart policy (`unless-stopped`, set after the rollout's READY) brings a dead engine back;
-the sentinel only steers the router. It never touches a worker that is not a member unless it took
-it out itself: a rollout removes its host before the stop and adds it after READY.
+the sentinel only steers the router. A rollout holds its host first (`POST /hold?worker=URL` on this
+host's loopback, `control_port`) and releases it after its own join: a held worker is never added,
+so the sentinel cannot put back an engine that is draining, loading, or refused by the rollout.
+Holds are kept in the state file, so they outlive a restart of the sentinel; a rollout that died
+midway leaves its host held (out of the router) until the next deploy joins it.
 
 Workers register as files in the workers folder (one JSON per host: url, model, api_key; written by
 the serving role, mode 0600), re-read every few seconds. Every transition is printed (the journal)
@@ -36,10 +42,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
-from specdeploy.fleet.router_api import members_url, membership_url
+from specdeploy.fleet.router_api import SENTINEL_PORT, members_url, membership_url
 
 # Where roles/sentinel installs it and roles/serving registers each engine (one rule, two roles).
 PATHS = {"workers": "/etc/specdeploy-sentinel/workers.d", "state": "/var/lib/specdeploy-sentinel/state.json"}
@@ -55,6 +63,7 @@ class Settings:
     failures: int = 3
     completion_timeout_s: float = 10.0
     health_every_s: float = 1.0
+    control_port: int = SENTINEL_PORT
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class Probe:
 class WorkerState:
     member: bool = False
     out_by_sentinel: bool = False
+    held: bool = False  # a rollout owns its membership now
     failures: int = 0
     last: str = ""
     since: float = 0.0
@@ -98,9 +108,10 @@ def judge(state: WorkerState, probe: Probe, failures_out: int, now: float) -> De
         return Decision(state)
     if probe.kind == "ok":
         fresh = replace(state, failures=0, last=last)
-        if state.out_by_sentinel and not state.member:
-            return Decision(replace(fresh, since=now), "add", f"serves again ({probe.detail})")
-        return Decision(fresh)
+        if state.member or state.held:
+            return Decision(fresh)
+        why = "serves again" if state.out_by_sentinel else "serves, and the router had lost it (restarted?)"
+        return Decision(replace(fresh, since=now), "add", f"{why} ({probe.detail})")
     if probe.kind in ("down", "dead"):
         failures, reason = failures_out, f"engine down: {probe.detail}"
     else:
@@ -210,7 +221,9 @@ class Sentinel:
         self.lock = threading.Lock()
         self.states: dict[str, WorkerState] = {}
         self.transitions: list[dict[str, Any]] = []
+        self.holds: set[str] = set()
         self.registered: dict[str, Worker] = {}  # by file name, re-read by run()
+        self._load()
 
     def step(self, worker: Worker, probe: Probe, now: float | None = None) -> Decision:
         """Judge one probe against the router's current membership, and act on it."""
@@ -224,7 +237,7 @@ class Sentinel:
             state = self.states.get(worker.url, WorkerState(since=now))
             if member and state.out_by_sentinel:  # someone (a rollout) added it back
                 state = replace(state, out_by_sentinel=False)
-            state = replace(state, member=member)
+            state = replace(state, member=member, held=worker.url in self.holds)
             decision = judge(state, probe, self.settings.failures, now)
             new = decision.state
             if decision.action:
@@ -249,10 +262,34 @@ class Sentinel:
         """NAME's registration as last read (run() replaces the dict: re-read on every call)."""
         return self.registered.get(name)
 
+    def hold(self, worker: str, held: bool) -> None:
+        """A rollout takes WORKER's membership (held) or gives it back."""
+        with self.lock:
+            if (worker in self.holds) == held:
+                return
+            (self.holds.add if held else self.holds.discard)(worker)
+            if worker in self.states:
+                self.states[worker] = replace(self.states[worker], held=held, out_by_sentinel=False)
+            self.say(f"sentinel: {'HELD' if held else 'RELEASED'} {worker} "
+                     f"({'a rollout owns it' if held else 'watched again'})")  # fmt: skip
+            self._save()
+
+    def _load(self) -> None:
+        """Holds and transitions from the last run (a hold outlives a restart of the sentinel)."""
+        if self.state_path is None or not self.state_path.is_file():
+            return
+        try:
+            doc = json.loads(self.state_path.read_text())
+            self.holds = {str(w) for w in doc.get("holds", [])}
+            self.transitions = list(doc.get("transitions", []))[-KEEP_TRANSITIONS:]
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            self.say(f"sentinel: ignoring the unreadable state file {self.state_path} ({exc})")
+
     def _save(self) -> None:
         if self.state_path is None:
             return
-        doc = {"workers": {url: asdict(s) for url, s in self.states.items()}, "transitions": self.transitions}
+        doc = {"workers": {url: asdict(s) for url, s in self.states.items()}, "holds": sorted(self.holds),
+               "transitions": self.transitions}  # fmt: skip
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
         os.replace(tmp, self.state_path)
@@ -270,8 +307,9 @@ class Sentinel:
                 probe = self.completion(worker, self.settings.completion_timeout_s)
             else:
                 probe = self.health(worker)
-                if probe.kind == "alive" and self.states.get(worker.url, WorkerState()).out_by_sentinel:
-                    next_completion = now  # out and answering again: prove it with a completion now
+                state = self.states.get(worker.url, WorkerState())
+                if probe.kind == "alive" and not state.member and not state.held:
+                    next_completion = now  # out, not held, and answering: prove it with a completion now
             self.step(worker, probe)
             stop.wait(self.settings.health_every_s)
 
@@ -292,13 +330,52 @@ class Sentinel:
             stop.wait(rescan_s)
 
 
+def control_server(sentinel: Sentinel, port: int) -> ThreadingHTTPServer:
+    """The hold API on loopback: POST /hold or /release ?worker=URL, GET /state (no keys in it)."""
+
+    class Control(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _reply(self, status: int, doc: object) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            parts = urlsplit(self.path)
+            workers = parse_qs(parts.query).get("worker", [])
+            if parts.path not in ("/hold", "/release") or len(workers) != 1:
+                self._reply(400, {"error": "POST /hold?worker=URL or /release?worker=URL"})
+                return
+            sentinel.hold(workers[0].rstrip("/"), parts.path == "/hold")
+            self._reply(200, {"held": sorted(sentinel.holds)})
+
+        def do_GET(self) -> None:
+            if urlsplit(self.path).path != "/state":
+                self._reply(404, {"error": "GET /state"})
+                return
+            with sentinel.lock:
+                doc = {"workers": {u: asdict(s) for u, s in sentinel.states.items()}, "held": sorted(sentinel.holds)}
+            self._reply(200, doc)
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Control)
+    server.daemon_threads = True
+    return server
+
+
 def command(python: str, settings: dict[str, Any]) -> list[str]:
     """The unit's ExecStart, from the sentinel role's variables (no secret: keys are in the files)."""
     parsed = Settings(int(settings["router_port"]), float(settings["interval"]), int(settings["failures"]),
-                      float(settings["completion_timeout"]))  # fmt: skip
+                      float(settings["completion_timeout"]),
+                      control_port=int(settings.get("control_port", SENTINEL_PORT)))  # fmt: skip
     return [python, "-m", "specdeploy.fleet.sentinel", "--workers-dir", PATHS["workers"], "--state", PATHS["state"],
             "--router-port", str(parsed.router_port), "--interval", f"{parsed.interval_s:g}",
-            "--failures", str(parsed.failures), "--completion-timeout", f"{parsed.completion_timeout_s:g}"]  # fmt: skip
+            "--failures", str(parsed.failures), "--completion-timeout", f"{parsed.completion_timeout_s:g}",
+            "--control-port", str(parsed.control_port)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,15 +386,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=Settings.interval_s)
     parser.add_argument("--failures", type=int, default=Settings.failures)
     parser.add_argument("--completion-timeout", type=float, default=Settings.completion_timeout_s)
+    parser.add_argument("--control-port", type=int, default=SENTINEL_PORT)
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.failures < 1 or args.completion_timeout <= 0:
         parser.error("--interval and --completion-timeout must be > 0, --failures ≥ 1")
-    settings = Settings(args.router_port, args.interval, args.failures, args.completion_timeout)
+    settings = Settings(args.router_port, args.interval, args.failures, args.completion_timeout,
+                        control_port=args.control_port)  # fmt: skip
     stop = threading.Event()
+    sentinel = Sentinel(settings, Router(args.router_port), args.state)
+    # Bound first: a rollout that cannot hold its host refuses to start, rather than race the sentinel.
+    control = control_server(sentinel, settings.control_port)
+    threading.Thread(target=control.serve_forever, name="sentinel-control", daemon=True).start()
     try:
-        Sentinel(settings, Router(args.router_port), args.state).run(args.workers_dir, stop)
+        sentinel.run(args.workers_dir, stop)
     except KeyboardInterrupt:
         stop.set()
+    finally:
+        control.shutdown()
     return 0
 
 

@@ -4,11 +4,14 @@ import json
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from specdeploy.fleet.router_api import hold_url
 from specdeploy.fleet.sentinel import (
     PATHS,
     Probe,
@@ -17,6 +20,7 @@ from specdeploy.fleet.sentinel import (
     Worker,
     WorkerState,
     command,
+    control_server,
     judge,
     main,
     probe_completion,
@@ -110,11 +114,15 @@ def test_failed_completions_count_and_health_200_proves_nothing():
     assert judge(state, Probe("ok"), 3, 2.0).state.failures == 0
 
 
-def test_a_worker_the_sentinel_did_not_take_out_is_left_to_its_owner():
-    # Not a member and not taken out by us: a rollout holds it (removed before the stop).
-    rolled = WorkerState(member=False, out_by_sentinel=False)
-    assert judge(rolled, Probe("ok"), 3, 1.0).action is None
-    assert judge(rolled, Probe("down", "refused"), 3, 1.0).action is None
+def test_a_held_worker_is_left_to_its_rollout_and_one_the_router_lost_is_added_back():
+    # Held: a rollout owns it (it leaves before the stop, joins after READY and releases it).
+    held = WorkerState(member=False, held=True)
+    assert judge(held, Probe("ok"), 3, 1.0).action is None
+    assert judge(held, Probe("down", "refused"), 3, 1.0).action is None
+    # Not held, serving, yet not a member: the router forgot it (a restart empties its worker list).
+    lost = judge(WorkerState(member=False), Probe("ok", "a completion answered in 0.1 s"), 3, 1.0)
+    assert lost.action == "add" and "the router had lost it" in lost.reason
+    assert judge(WorkerState(member=False), Probe("alive", "/health 200"), 3, 1.0).action is None  # no proof
 
 
 def test_probes_against_a_real_http_server(engine):
@@ -147,10 +155,45 @@ def test_the_sentinel_keeps_state_and_transitions_and_rejoins_when_someone_else_
     doc = json.loads((tmp_path / "state.json").read_text())
     assert [t["to"] for t in doc["transitions"]] == ["out", "back"]
     assert doc["workers"]["http://w1:8000"]["member"] is True
-    # A rollout takes it out and back by itself: the sentinel does not interfere.
+    # A rollout holds it, takes it out and back by itself: the sentinel does not interfere.
+    sentinel.hold("http://w1:8000", True)
     router.urls.clear()
     sentinel.step(worker, Probe("down", "refused"), now=4.0)
-    assert router.calls[-1] == ("add", "http://w1:8000") and len(router.calls) == 2
+    sentinel.step(worker, Probe("ok", "a completion answered in 0.2 s"), now=5.0)  # READY, not joined yet
+    assert len(router.calls) == 2 and "HELD http://w1:8000" in lines[-1]
+    # The hold outlives a restart of the sentinel (it is in the state file).
+    again = Sentinel(Settings(failures=2), router, tmp_path / "state.json", say=lines.append)  # type: ignore[arg-type]
+    assert again.holds == {"http://w1:8000"} and [t["to"] for t in again.transitions] == ["out", "back"]
+    again.hold("http://w1:8000", False)
+    again.step(worker, Probe("ok", "a completion answered in 0.2 s"), now=6.0)
+    assert router.calls[-1] == ("add", "http://w1:8000") and len(router.calls) == 3
+    assert json.loads((tmp_path / "state.json").read_text())["holds"] == []
+
+
+def test_the_hold_api_on_loopback(tmp_path):
+    sentinel = Sentinel(Settings(), FakeRouter(set()), tmp_path / "state.json", say=lambda line: None)  # type: ignore[arg-type]
+    sentinel.registered = {"h1": Worker("http://w1:8000", "m", api_key="k-secret")}
+    sentinel.step(sentinel.registered["h1"], Probe("down", "refused"), now=1.0)
+    server = control_server(sentinel, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        post = urllib.request.Request(hold_url("hold", "http://w1:8000", port), b"", method="POST")
+        with urllib.request.urlopen(post, timeout=5) as resp:
+            assert json.loads(resp.read())["held"] == ["http://w1:8000"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=5) as resp:
+            state = resp.read().decode()
+        assert json.loads(state)["workers"]["http://w1:8000"]["held"] is True and "k-secret" not in state
+        release = urllib.request.Request(hold_url("release", "http://w1:8000", port), b"", method="POST")
+        with urllib.request.urlopen(release, timeout=5) as resp:
+            assert json.loads(resp.read())["held"] == []
+        bad = urllib.request.Request(f"http://127.0.0.1:{port}/hold", b"", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad, timeout=5)
+        assert refused.value.code == 400
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_sentinel_loop_against_a_real_engine_server(engine, tmp_path):
@@ -176,6 +219,12 @@ def test_the_sentinel_loop_against_a_real_engine_server(engine, tmp_path):
         while router.calls[-1] != ("add", worker_url) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert router.calls[-1] == ("add", worker_url), lines
+        # The router restarts and forgets its workers: the sentinel adds this one back.
+        router.urls.clear()
+        deadline = time.monotonic() + 10
+        while worker_url not in router.urls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker_url in router.urls and "the router had lost it" in lines[-1], lines
     finally:
         stop.set()
         thread.join(5)
@@ -196,6 +245,7 @@ def test_the_unit_command_carries_the_settings_and_no_secret():
     )
     assert cmd[:3] == ["/opt/s/bin/python", "-m", "specdeploy.fleet.sentinel"]
     assert cmd[cmd.index("--interval") + 1] == "15" and cmd[cmd.index("--workers-dir") + 1] == PATHS["workers"]
+    assert cmd[cmd.index("--control-port") + 1] == "8081"
     assert not any("key" in part for part in cmd)
     with pytest.raises(ValueError):
         command("/p", {"router_port": "x", "interval": 1, "failures": 1, "completion_timeout": 1})
