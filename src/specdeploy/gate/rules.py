@@ -1,0 +1,91 @@
+"""The benchmark gate's rules: how long a benchmark may run, and when a new version is refused.
+
+A READY engine can still be worse than the one it replaces (a drafter trained for another target,
+the wrong speculative method, a chat template lost): the gate compares its figures with the last
+promoted version's on the same host and hardware, and refuses it on a fall larger than
+`bench_max_regression`, or below `bench_min_acceptance_length`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.gate.figures import Figures
+
+CLIENT_START_S = 20.0  # `vllm bench serve` imports vLLM and loads the tokenizer (measured ~10 s on the test bed)
+CALIBRATION_TOKENS = 32  # per request of the short sizing run (one request per concurrency slot)
+
+
+def flag(value: Any) -> bool:
+    """An inventory boolean, however it was templated (`false`, "False", "no", 0)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    enabled: bool = True  # bench_gate: false measures and records, and refuses nothing
+    budget_s: float = 60.0
+    concurrency: int = 4
+    max_tokens: int = 256  # the ceiling; the budget sizes the real figure
+    min_acceptance_length: float = 0.0  # 0: no floor
+    max_regression: float = 0.10  # a fraction of the previous figure
+
+    @classmethod
+    def from_vars(cls, values: dict[str, Any]) -> GateSettings:
+        return cls(
+            enabled=flag(values.get("gate", True)),
+            budget_s=float(values.get("budget", 60)),
+            concurrency=int(values.get("concurrency", 4)),
+            max_tokens=int(values.get("max_tokens", 256)),
+            min_acceptance_length=float(values.get("min_acceptance_length", 0)),
+            max_regression=float(values.get("max_regression", 0.10)),
+        )
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.budget_s <= CLIENT_START_S:
+            out.append(f"bench_budget_s: {self.budget_s:g} s leaves no time to measure (the client alone takes "
+                       f"~{CLIENT_START_S:.0f} s to start); give at least {CLIENT_START_S * 2:.0f}")  # fmt: skip
+        if self.concurrency < 1 or self.max_tokens < 8:
+            out.append("bench_concurrency must be ≥ 1 and bench_max_tokens ≥ 8")
+        if not 0 < self.max_regression < 1:
+            out.append(f"bench_max_regression: {self.max_regression:g} is a fraction (0.10 = a 10% fall)")
+        return out
+
+
+def output_tokens(settings: GateSettings, prompts: int, tokens_per_s: float, measuring_s: float) -> int:
+    """Tokens per request so that PROMPTS requests fit MEASURING_S at the output speed a short run at
+    the same concurrency measured on this engine (tokens/s over all requests in flight)."""
+    if tokens_per_s <= 0 or measuring_s <= 0:
+        return 8
+    return max(8, min(settings.max_tokens, int(0.8 * measuring_s * tokens_per_s / prompts)))
+
+
+def _fall(name: str, new: float, old: float, limit: float) -> str | None:
+    if old <= 0 or new >= old * (1 - limit):
+        return None
+    return (f"{name} fell from {old:.2f} to {new:.2f} ({(new - old) / old:+.0%}; bench_max_regression "
+            f"{limit:.0%})")  # fmt: skip
+
+
+def refusals(new: Figures, previous: Figures | None, settings: GateSettings, speculative: bool) -> list[str]:
+    """Why NEW must not be promoted (empty: it may). PREVIOUS: the last promoted version's figures
+    on the same hardware, or None (a first benchmark is judged by the floor only)."""
+    out = []
+    if new.failed:
+        out.append(f"{new.failed} of {new.completed + new.failed} benchmark requests failed")
+    if speculative and new.acceptance_length is None:
+        out.append("speculative decoding is on, but the benchmark saw no draft in the engine's /metrics")
+    length, floor = new.acceptance_length, settings.min_acceptance_length
+    if speculative and length is not None and floor and length < floor:
+        out.append(f"mean acceptance length {length:.2f} is below bench_min_acceptance_length "
+                   f"{settings.min_acceptance_length:.2f}")  # fmt: skip
+    if previous is None:
+        return out
+    if speculative and length is not None and previous.acceptance_length is not None:
+        fall = _fall("mean acceptance length", length, previous.acceptance_length, settings.max_regression)
+        out += [fall] if fall else []
+    if (new.concurrency, new.max_tokens) == (previous.concurrency, previous.max_tokens):
+        fall = _fall("output tokens/s", new.output_tokens_per_s, previous.output_tokens_per_s, settings.max_regression)
+        out += [fall] if fall else []
+    return out

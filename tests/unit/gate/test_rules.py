@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from specdeploy.gate.figures import Figures
+from specdeploy.gate.rules import GateSettings, flag, output_tokens, refusals
+
+
+def figures(length: float | None = 3.0, tok_s: float = 100.0, **changes: object) -> Figures:
+    base = {"completed": 36, "failed": 0, "duration_s": 20.0, "concurrency": 4, "max_tokens": 64,
+            "output_tokens_per_s": tok_s, "ttft_ms": {"p50": 50.0, "p99": 90.0}, "itl_ms": {"p50": 10.0, "p99": 20.0},
+            "acceptance_rate": None if length is None else (length - 1) / 3, "acceptance_length": length,
+            "per_position_acceptance": []}  # fmt: skip
+    return Figures(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_a_fall_beyond_the_limit_is_refused_with_the_figure_and_how_much():
+    settings = GateSettings(max_regression=0.10)
+    assert refusals(figures(2.8, 95.0), figures(3.0, 100.0), settings, speculative=True) == []
+    refused = refusals(figures(1.2, 60.0), figures(3.0, 100.0), settings, speculative=True)
+    assert refused == ["mean acceptance length fell from 3.00 to 1.20 (-60%; bench_max_regression 10%)",
+                       "output tokens/s fell from 100.00 to 60.00 (-40%; bench_max_regression 10%)"]  # fmt: skip
+
+
+def test_tokens_per_second_compare_only_for_the_same_workload():
+    other = figures(3.0, 40.0, max_tokens=128)
+    assert refusals(other, figures(3.0, 100.0), GateSettings(), speculative=True) == []
+
+
+def test_the_floor_failures_and_a_missing_acceptance_are_refused_without_a_previous_version():
+    settings = GateSettings(min_acceptance_length=2.0)
+    assert refusals(figures(1.5), None, settings, True) == [
+        "mean acceptance length 1.50 is below bench_min_acceptance_length 2.00"
+    ]
+    assert refusals(figures(None), None, settings, True) == [
+        "speculative decoding is on, but the benchmark saw no draft in the engine's /metrics"
+    ]
+    assert refusals(figures(None), None, settings, speculative=False) == []
+    failed = refusals(figures(3.0, completed=30, failed=6), None, GateSettings(), True)
+    assert failed == ["6 of 36 benchmark requests failed"]
+
+
+def test_the_budget_sizes_the_tokens_per_request():
+    settings = GateSettings(budget_s=60, concurrency=4, max_tokens=256)
+    # 36 prompts in 0.8 x 30 s at 150 tok/s (all requests in flight together): 100 tokens each.
+    assert output_tokens(settings, 36, 150.0, 30.0) == 100
+    assert output_tokens(settings, 36, 10_000.0, 30.0) == 256  # the ceiling
+    assert output_tokens(settings, 36, 1.0, 30.0) == 8  # the floor
+    assert output_tokens(settings, 36, 150.0, -5.0) == 8  # the sizing run ate the budget
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"budget": 10}, "leaves no time to measure"),
+    ({"max_regression": 10}, "is a fraction"),
+    ({"concurrency": 0}, "bench_concurrency must be"),
+])  # fmt: skip
+def test_settings_that_cannot_work_are_refused_before_the_rollout(values, problem):
+    assert any(problem in p for p in GateSettings.from_vars(values).problems())
+    assert GateSettings.from_vars({}).problems() == []
+
+
+def test_flags_however_templated():
+    assert [flag(v) for v in (True, "True", "yes", 1, False, "False", "no", 0, "")] == [True] * 4 + [False] * 5
+    assert GateSettings.from_vars({"gate": "False"}).enabled is False
