@@ -83,8 +83,14 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
     if previous is None:
         return out
     if speculative and length is not None and previous.acceptance_length is not None:
-        fall = _fall("mean acceptance length", length, previous.acceptance_length, settings.max_regression)
-        out += [fall] if fall else []
+        if len(new.per_position_acceptance) == len(previous.per_position_acceptance):
+            fall = _fall("mean acceptance length", length, previous.acceptance_length, settings.max_regression)
+            out += [fall] if fall else []
+        else:  # another num_speculative_tokens: the mean length cannot compare, each shared position can
+            pairs = zip(new.per_position_acceptance, previous.per_position_acceptance, strict=False)
+            falls = (_fall(f"acceptance at draft position {i}", a, b, settings.max_regression)
+                     for i, (a, b) in enumerate(pairs, 1))  # fmt: skip
+            out += [f for f in falls if f]
     if (new.concurrency, new.max_tokens) == (previous.concurrency, previous.max_tokens):
         fall = _fall("output tokens/s", new.output_tokens_per_s, previous.output_tokens_per_s, settings.max_regression)
         out += [fall] if fall else []

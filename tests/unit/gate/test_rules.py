@@ -22,6 +22,17 @@ def test_a_fall_beyond_the_limit_is_refused_with_the_figure_and_how_much():
                        "output tokens/s fell from 100.00 to 60.00 (-40%; bench_max_regression 10%)"]  # fmt: skip
 
 
+def test_another_number_of_speculative_tokens_compares_position_by_position():
+    before = figures(4.0, per_position_acceptance=[0.9, 0.8, 0.7])
+    fewer = figures(2.7, per_position_acceptance=[0.9, 0.8])  # k 3 -> 2: a shorter mean length, no fall
+    assert refusals(fewer, before, GateSettings(), speculative=True) == []
+    worse = figures(1.6, per_position_acceptance=[0.5, 0.1])
+    assert refusals(worse, before, GateSettings(), True) == [
+        "acceptance at draft position 1 fell from 0.90 to 0.50 (-44%; bench_max_regression 10%)",
+        "acceptance at draft position 2 fell from 0.80 to 0.10 (-88%; bench_max_regression 10%)",
+    ]
+
+
 def test_tokens_per_second_compare_only_for_the_same_workload():
     other = figures(3.0, 40.0, max_tokens=128)
     assert refusals(other, figures(3.0, 100.0), GateSettings(), speculative=True) == []
