@@ -5,12 +5,10 @@ deliberately broken patch set failing the build at its verify step with the root
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 from specdeploy.build import profiles
 from specdeploy.connection import docker_client
+from specdeploy.gate.client import tar_archive
 from specdeploy.paths import project_root
 from specdeploy.playbook import run_playbook
 from specdeploy_testbed import testbed
@@ -30,23 +29,13 @@ HOST_DIR = "/srv/specdeploy"
 TARGET = f"{HOST_DIR}/models/target"
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def put_drafter(container, name: str, files: dict[str, bytes], manifest: bool = True) -> str:
     if manifest:
         sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {n}\n" for n, data in sorted(files.items()))
         files = {**files, "SHA256SUMS": sums.encode()}
     container.exec_run(["rm", "-rf", f"{HOST_DIR}/{name}"])
     container.exec_run(["mkdir", "-p", f"{HOST_DIR}/{name}", TARGET])
-    assert container.put_archive(f"{HOST_DIR}/{name}", _tar(files))
+    assert container.put_archive(f"{HOST_DIR}/{name}", tar_archive(files))
     return f"{HOST_DIR}/{name}"
 
 
@@ -58,7 +47,7 @@ def host_with_models(testbed_up, docker_client):
     # Its SHA256SUMS is left out: put_drafter writes the manifest of what it puts.
     drafter = {p.name: p.read_bytes() for p in (models / "drafter").iterdir() if p.is_file() and p.name != "SHA256SUMS"}
     container.exec_run(["mkdir", "-p", TARGET])
-    container.put_archive(TARGET, _tar({"config.json": (models / "target" / "config.json").read_bytes()}))
+    container.put_archive(TARGET, tar_archive({"config.json": (models / "target" / "config.json").read_bytes()}))
     return container, drafter
 
 

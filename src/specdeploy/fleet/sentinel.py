@@ -330,21 +330,25 @@ class Sentinel:
             stop.wait(rescan_s)
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP handler that answers JSON (the hold API; the tests' fake engines and router)."""
+
+    def log_message(self, *args: object) -> None:
+        pass  # the journal gets transitions, not one line per request
+
+    def _reply(self, status: int, doc: object) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def control_server(sentinel: Sentinel, port: int) -> ThreadingHTTPServer:
     """The hold API on loopback: POST /hold or /release ?worker=URL, GET /state (no keys in it)."""
 
-    class Control(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _reply(self, status: int, doc: object) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Control(JsonHandler):
         def do_POST(self) -> None:
             parts = urlsplit(self.path)
             workers = parse_qs(parts.query).get("worker", [])

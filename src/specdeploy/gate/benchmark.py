@@ -100,7 +100,7 @@ class BenchmarkGate:
         seconds = round(time.monotonic() - start, 1)
         passed = not problems or not self.settings.enabled
         if problems:
-            verb = "refused" if self.settings.enabled else "would refuse (bench_gate: false)"
+            verb = "refused" if self.settings.enabled else "would refuse (serving_bench_gate: false)"
             message = f"benchmark gate {verb}: {'; '.join(problems)}"
         else:
             message = f"benchmark gate passed: {figures.summary() if figures else ''}; {note}"

@@ -70,7 +70,7 @@ class ExecContainer(Protocol):
                  demux: bool = False) -> Any: ...  # fmt: skip
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
+def tar_archive(files: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, data in files.items():
@@ -88,7 +88,7 @@ def run(container: ExecContainer, bench: BenchRun, texts: list[str], api_key: st
     setup = container.exec_run(["sh", "-c", f"rm -rf {WORKDIR} && mkdir -p {WORKDIR}"])
     if setup.exit_code != 0:
         raise BenchFailed(f"could not prepare {WORKDIR} in the engine container: {setup.output!r}")
-    container.put_archive(WORKDIR, _tar({DATASET: sharegpt(texts)}))
+    container.put_archive(WORKDIR, tar_archive({DATASET: sharegpt(texts)}))
     env = {"OPENAI_API_KEY": api_key} if api_key else {}
     done = container.exec_run(bench.command(), environment=env, demux=True)
     out, err = (part.decode(errors="replace") if part else "" for part in done.output)

@@ -3,7 +3,7 @@
 A READY engine can still be worse than the one it replaces (a drafter trained for another target,
 the wrong speculative method, a chat template lost): the gate compares its figures with the last
 promoted version's on the same host and hardware, and refuses it on a fall larger than
-`bench_max_regression`, or below `bench_min_acceptance_length`."""
+`serving_bench_max_regression`, or below `serving_bench_min_acceptance_length`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def flag(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class GateSettings:
-    enabled: bool = True  # bench_gate: false measures and records, and refuses nothing
+    enabled: bool = True  # serving_bench_gate: false measures and records, and refuses nothing
     budget_s: float = 60.0
     concurrency: int = 4
     max_tokens: int = 256  # the ceiling; the budget sizes the real figure
@@ -44,12 +44,12 @@ class GateSettings:
     def problems(self) -> list[str]:
         out = []
         if self.budget_s <= CLIENT_START_S:
-            out.append(f"bench_budget_s: {self.budget_s:g} s leaves no time to measure (the client alone takes "
+            out.append(f"serving_bench_budget_s: {self.budget_s:g} s leaves no time to measure (the client alone takes "
                        f"~{CLIENT_START_S:.0f} s to start); give at least {CLIENT_START_S * 2:.0f}")  # fmt: skip
         if self.concurrency < 1 or self.max_tokens < 8:
-            out.append("bench_concurrency must be ≥ 1 and bench_max_tokens ≥ 8")
+            out.append("serving_bench_concurrency must be ≥ 1 and serving_bench_max_tokens ≥ 8")
         if not 0 < self.max_regression < 1:
-            out.append(f"bench_max_regression: {self.max_regression:g} is a fraction (0.10 = a 10% fall)")
+            out.append(f"serving_bench_max_regression: {self.max_regression:g} is a fraction (0.10 = a 10% fall)")
         return out
 
 
@@ -64,7 +64,7 @@ def output_tokens(settings: GateSettings, prompts: int, tokens_per_s: float, mea
 def _fall(name: str, new: float, old: float, limit: float) -> str | None:
     if old <= 0 or new >= old * (1 - limit):
         return None
-    return (f"{name} fell from {old:.2f} to {new:.2f} ({(new - old) / old:+.0%}; bench_max_regression "
+    return (f"{name} fell from {old:.2f} to {new:.2f} ({(new - old) / old:+.0%}; serving_bench_max_regression "
             f"{limit:.0%})")  # fmt: skip
 
 
@@ -78,7 +78,7 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
         out.append("speculative decoding is on, but the benchmark saw no draft in the engine's /metrics")
     length, floor = new.acceptance_length, settings.min_acceptance_length
     if speculative and length is not None and floor and length < floor:
-        out.append(f"mean acceptance length {length:.2f} is below bench_min_acceptance_length "
+        out.append(f"mean acceptance length {length:.2f} is below serving_bench_min_acceptance_length "
                    f"{settings.min_acceptance_length:.2f}")  # fmt: skip
     if previous is None:
         return out

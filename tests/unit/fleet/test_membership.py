@@ -1,31 +1,21 @@
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
+from specdeploy.fleet.sentinel import JsonHandler
 
 WORKER = "http://172.17.0.3:8000"
 
 
-class RouterHost(BaseHTTPRequestHandler):
+class RouterHost(JsonHandler):
     """The router's worker API and the sentinel's hold API, as the router host serves them."""
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _reply(self, status: int, doc: object) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:
         self._reply(200, {"urls": sorted(self.server.members)})  # type: ignore[attr-defined]

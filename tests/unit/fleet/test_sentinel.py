@@ -7,13 +7,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from specdeploy.fleet.router_api import hold_url
 from specdeploy.fleet.sentinel import (
     PATHS,
+    JsonHandler,
     Probe,
     Sentinel,
     Settings,
@@ -29,22 +30,12 @@ from specdeploy.fleet.sentinel import (
 )
 
 
-class FakeEngine(BaseHTTPRequestHandler):
+class FakeEngine(JsonHandler):
     """An OpenAI-shaped HTTP server whose behaviour the test switches (mode on the server)."""
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _send(self, status: int, doc: object) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:
         mode = self.server.mode  # type: ignore[attr-defined]
-        self._send(503 if mode == "dead" else 200, {})
+        self._reply(503 if mode == "dead" else 200, {})
 
     def do_POST(self) -> None:
         self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
@@ -54,9 +45,9 @@ class FakeEngine(BaseHTTPRequestHandler):
             time.sleep(1.5)
             return
         if mode in ("error", "dead"):
-            self._send(500, {"error": "EngineCore encountered an issue"})
+            self._reply(500, {"error": "EngineCore encountered an issue"})
             return
-        self._send(200, {"choices": [{"text": "!"}]})
+        self._reply(200, {"choices": [{"text": "!"}]})
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ def test_a_fall_against_the_last_promoted_version_is_refused_with_its_figure():
     container = FakeEngineContainer(RANDOM_HEAD)  # the real result of a drafter with a random output layer
     refused = gate()(container, READY, good.kept)
     assert not refused.passed
-    assert "mean acceptance length fell from 4.00 to 1.00 (-75%; bench_max_regression 10%)" in refused.message
+    assert "mean acceptance length fell from 4.00 to 1.00 (-75%; serving_bench_max_regression 10%)" in refused.message
     # The same workload as the version it is compared with (so no sizing run).
     runs = [c[0] for c in container.calls if "bench" in c[0]]
     assert len(runs) == 1
@@ -97,7 +97,7 @@ def test_a_fall_against_the_last_promoted_version_is_refused_with_its_figure():
     assert int(bench_cmd[bench_cmd.index("--sharegpt-output-len") + 1]) == good.kept["figures"]["max_tokens"]
     # bench_gate: false measures and says what it would refuse, and refuses nothing.
     measured = gate(enabled=False)(FakeEngineContainer(RANDOM_HEAD), READY, good.kept)
-    assert measured.passed and "would refuse (bench_gate: false)" in measured.message
+    assert measured.passed and "would refuse (serving_bench_gate: false)" in measured.message
 
 
 def test_other_hardware_is_not_compared_and_a_client_that_fails_is_a_refusal_with_its_output():

@@ -18,8 +18,10 @@ def test_a_fall_beyond_the_limit_is_refused_with_the_figure_and_how_much():
     settings = GateSettings(max_regression=0.10)
     assert refusals(figures(2.8, 95.0), figures(3.0, 100.0), settings, speculative=True) == []
     refused = refusals(figures(1.2, 60.0), figures(3.0, 100.0), settings, speculative=True)
-    assert refused == ["mean acceptance length fell from 3.00 to 1.20 (-60%; bench_max_regression 10%)",
-                       "output tokens/s fell from 100.00 to 60.00 (-40%; bench_max_regression 10%)"]  # fmt: skip
+    assert refused == [
+        "mean acceptance length fell from 3.00 to 1.20 (-60%; serving_bench_max_regression 10%)",
+        "output tokens/s fell from 100.00 to 60.00 (-40%; serving_bench_max_regression 10%)",
+    ]
 
 
 def test_another_number_of_speculative_tokens_compares_position_by_position():
@@ -28,8 +30,8 @@ def test_another_number_of_speculative_tokens_compares_position_by_position():
     assert refusals(fewer, before, GateSettings(), speculative=True) == []
     worse = figures(1.6, per_position_acceptance=[0.5, 0.1])
     assert refusals(worse, before, GateSettings(), True) == [
-        "acceptance at draft position 1 fell from 0.90 to 0.50 (-44%; bench_max_regression 10%)",
-        "acceptance at draft position 2 fell from 0.80 to 0.10 (-88%; bench_max_regression 10%)",
+        "acceptance at draft position 1 fell from 0.90 to 0.50 (-44%; serving_bench_max_regression 10%)",
+        "acceptance at draft position 2 fell from 0.80 to 0.10 (-88%; serving_bench_max_regression 10%)",
     ]
 
 
@@ -41,7 +43,7 @@ def test_tokens_per_second_compare_only_for_the_same_workload():
 def test_the_floor_failures_and_a_missing_acceptance_are_refused_without_a_previous_version():
     settings = GateSettings(min_acceptance_length=2.0)
     assert refusals(figures(1.5), None, settings, True) == [
-        "mean acceptance length 1.50 is below bench_min_acceptance_length 2.00"
+        "mean acceptance length 1.50 is below serving_bench_min_acceptance_length 2.00"
     ]
     assert refusals(figures(None), None, settings, True) == [
         "speculative decoding is on, but the benchmark saw no draft in the engine's /metrics"
