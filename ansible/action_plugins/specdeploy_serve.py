@@ -27,8 +27,19 @@ from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
+from specdeploy.watch import startup
 from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
 from specdeploy.watch.watchdog import Verdict, WatchOptions
+
+
+def result(outcome: rollouts.Outcome, joined: bool) -> dict[str, Any]:
+    """The task's result: the outcome, its one-line message, and the start-up table to print."""
+    failed = outcome.status not in ("deployed", "unchanged")
+    message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
+    verdict = outcome.verdict or {}
+    table = startup.render(verdict["startup"], verdict["status"]) if verdict.get("startup") else []
+    return {**asdict(outcome), "changed": outcome.changed or joined, "failed": failed, "msg": message,
+            "joined_router": joined, "startup_table": table}  # fmt: skip
 
 
 class ActionModule(SpecdeployAction):
@@ -161,7 +172,4 @@ class ActionModule(SpecdeployAction):
                                  hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
-        failed = outcome.status not in ("deployed", "unchanged")
-        message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
-        return {**asdict(outcome), "changed": outcome.changed or joined, "failed": failed, "msg": message,
-                "joined_router": joined}  # fmt: skip
+        return result(outcome, joined)

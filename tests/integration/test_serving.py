@@ -92,6 +92,27 @@ def test_deploy_serves_eagle3_and_the_counters_grow(deployed):
     assert after > before, (before, after)
 
 
+def test_the_first_deploy_prints_where_its_start_up_went_and_records_it(deployed, docker_client):
+    """Issue 18's stage table: one row per stage, in the order they began, adding up to the time to
+    READY (the verdict line's) within the watchdog's poll interval; the host's record keeps it."""
+    out = deployed.output
+    rows = []
+    for line in out[out.index("startup:") :].split("\n")[1:]:
+        match = re.match(r"^\s+- '?(.+?)\s+([\d.]+) s(?:\s+(\d+)%)?'?$", line)
+        if not match:
+            break
+        rows.append((match[1].strip(), float(match[2])))
+    assert len(rows) >= 5 and rows[-1][0] == "to READY", out[out.index("startup:") :][:1500]
+    stages, total = rows[:-1], rows[-1][1]
+    assert [name for name, _ in stages][:2] == ["launched", "importing engine"], stages
+    ready = float(re.search(r"READY ([\d.]+)s model=", out)[1])
+    assert abs(sum(s for _, s in stages) - total) <= 0.2 and abs(total - ready) <= 1.0, (stages, total, ready)
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    code, raw = host.exec_run(["cat", "/var/lib/specdeploy/serving/rollout.json"])
+    assert code == 0, raw
+    assert [r["stage"] for r in json.loads(raw)["last_ready"]["startup"]] == [name for name, _ in stages]
+
+
 def _png(width: int, height: int) -> str:
     """A solid PNG as a data URL, written by hand (zlib + CRC): the controller has no imaging library."""
 

@@ -29,6 +29,7 @@ class EngineRef:
     config: str  # the configuration digest (specdeploy.serve.config.ServingConfig.digest)
     proven_at: str | None = None  # when it was proven READY (a real completion), UTC
     bench: dict[str, Any] | None = None  # its benchmark gate's figures and hardware (specdeploy.gate)
+    startup: list[dict[str, Any]] | None = None  # where its start-up's time went (watch.stages)
 
 
 @dataclass

@@ -272,7 +272,7 @@ class Rollout:
         verdict = self._bring_up(new_id)
         gate = self._benchmark(new_id, verdict)
         if verdict.status == "READY" and (gate is None or gate.passed):
-            self._promote(new_id, gate.kept if gate else None)
+            self._promote(new_id, gate.kept if gate else None, verdict.startup)
             self._remove(OLDER)  # proven: -previous is the version before this one
             started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
             outcome = Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
@@ -301,14 +301,16 @@ class Rollout:
         gate = self.gate
         return self._retry(lambda: gate(self.client.containers.get(container_id), asdict(verdict), kept))
 
-    def _promote(self, container_id: str, bench: dict[str, Any] | None = None) -> None:
+    def _promote(self, container_id: str, bench: dict[str, Any] | None = None,
+                 startup: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         self._step("promoting")
         self._retry(lambda: self.client.containers.get(container_id).update(restart_policy=RUNNING_POLICY))
         container = self._get(container_id)
         assert container is not None
         if bench is None and self.record.last_ready and self.record.last_ready.container_id == container_id:
             bench = self.record.last_ready.bench  # restored or re-proven: its figures stay
-        self.record.last_ready, self.record.new = replace(_ref(container, proven=True), bench=bench), None
+        ref = replace(_ref(container, proven=True), bench=bench, startup=startup)
+        self.record.last_ready, self.record.new = ref, None
         self._step("done")
 
     def _restore(self, outcome: Outcome) -> None:

@@ -24,6 +24,7 @@ from specdeploy.watch.rootcause import RootCause, TracebackCollector
 from specdeploy.watch.sources import SIGKILL_EXIT, Liveness, Source
 from specdeploy.watch.stacks import summarise_stacks
 from specdeploy.watch.stages import Stage, recognise
+from specdeploy.watch.startup import startup_table
 
 HEADLINE_MAX = 1000
 CAUSE_MAX = 800  # of the first line; the rest says where, which process, the stage and the exit
@@ -70,6 +71,7 @@ class Verdict:
     noise_catalogue_version: int = 0
     grammar_version: int = 0
     stages: list[dict[str, object]] = field(default_factory=list)  # [{"stage": label, "at_s": s}, ...]
+    startup: list[dict[str, object]] = field(default_factory=list)  # each stage's duration (watch.stages)
     acceptance: dict[str, float | None] | None = None
     completion: dict[str, object] | None = None
     stack_summary: list[str] = field(default_factory=list)
@@ -166,15 +168,18 @@ class Watch:
 
     def _verdict(self, status: Status, headline: str, **extra: object) -> Verdict:
         catalogue_version, _ = noise_catalogue()
+        elapsed = round(time.monotonic() - self.start, 2)
+        stages: list[dict[str, object]] = [{"stage": s.label, "at_s": at} for s, at in sorted(self.stage_at.items())]
         verdict = Verdict(
             status=status.name,
-            elapsed_s=round(time.monotonic() - self.start, 2),
+            elapsed_s=elapsed,
             stage=self.stage.label,
             headline=headline,
             noise=dict(self.noise),
             noise_catalogue_version=catalogue_version,
             grammar_version=grammar().version,
-            stages=[{"stage": stage.label, "at_s": at} for stage, at in sorted(self.stage_at.items())],
+            stages=stages,
+            startup=startup_table(stages, elapsed),
             diagnostics=str(self.diag_dir),
             **extra,  # type: ignore[arg-type]
         )
