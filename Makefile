@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-report bench bench-fleet deploy verify endpoint status logs rollback report clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-fleet deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling dep
 
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
 	@$(PYTEST) tests/gpu_images
+
+test-gate: setup ## The benchmark gate on the test bed: figures recorded, a random-head drafter refused and rolled back (~10 min)
+	@$(PYTEST) tests/gate
 
 test-report: setup ## The rollout report rendered in headless Chromium (Debian's, installed when missing): its DOM and a screenshot
 	@command -v chromium >/dev/null || { \

@@ -12,8 +12,7 @@ import pytest
 
 from specdeploy.paths import state_dir
 from specdeploy_testbed import testbed
-
-from .helpers import record_timing, specdeploy
+from tests.integration.helpers import record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
 ENGINE = "specdeploy-engine"
