@@ -42,7 +42,7 @@ class Readiness:
     completion_tokens: int
     completion_text: str
     acceptance: Acceptance | None
-    completion_s: float = 0.0  # the completion's round trip (the benchmark gate sizes its run from it)
+    completion_s: float = 0.0  # the completion's round trip, kept in the verdict
 
 
 def spec_counters(metrics_text: str) -> dict[str, float]:
