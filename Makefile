@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-fleet deploy verify endpoint status logs rollback report clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -89,13 +89,17 @@ test-report: setup ## The rollout report rendered in headless Chromium (Debian's
 
 test: lint test-unit test-integration test-e2e test-report ## Everything CI runs, test bed, real engine and browser included
 
-bench: setup ## Benchmarks (not tests): patches, watch, deploy, image; the fleet's latency in a rolling deploy
+bench: setup ## Benchmarks (not tests): patches, watch, deploy, image, prewarm; the fleet's latency in a rolling deploy
 	$(BIN)/python bench/bench_patch.py
 	$(BIN)/python bench/bench_watch.py
 	$(BIN)/python bench/bench_watch_corpus.py
 	$(BIN)/python bench/bench_deploy.py
 	$(BIN)/python bench/bench_image.py
+	$(BIN)/python bench/bench_prewarm.py
 	$(BIN)/python bench/bench_fleet.py
+
+bench-prewarm: setup ## The prewarm's GB/s against dd on a synthetic 2 GiB checkpoint on testbed-1, and its residency
+	$(BIN)/python bench/bench_prewarm.py
 
 bench-fleet: setup ## The fleet's latency, steady and during a rolling deploy (3 test-bed hosts; 30+ min)
 	$(BIN)/python bench/bench_fleet.py

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
 from specdeploy.build import dockerfile, profiles
+from specdeploy.serve import loaders
 
 
 class ActionModule(SpecdeployAction):
@@ -18,6 +19,8 @@ class ActionModule(SpecdeployAction):
         "base_digest": {"type": "str", "default": ""},
         "sgl_kernel_build": {"type": "str", "choices": list(profiles.SGL_KERNEL_BUILD_MODES), "default": "auto"},
         "specdeploy_wheel": {"type": "path", "default": ""},
+        # serving_load_format: the image bakes in the package its loader needs (specdeploy.serve.loaders).
+        "load_format": {"type": "str", "default": ""},
     }
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -30,5 +33,6 @@ class ActionModule(SpecdeployAction):
             base_digest=args["base_digest"] or None,
             sgl_kernel_build=args["sgl_kernel_build"],
             wheel=Path(args["specdeploy_wheel"]) if args["specdeploy_wheel"] else None,
+            loader_requirements=tuple(loaders.image_requirements(args["load_format"], prof.name)),
         )
         return {**info, "changed": False}

@@ -23,6 +23,7 @@ from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
+from specdeploy.serve.prewarm import prewarmer
 from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
@@ -50,6 +51,8 @@ class ActionModule(SpecdeployAction):
         "stall_timeout": {"type": "float", "default": 300.0},
         "timeout": {"type": "float", "default": 3600.0},
         "warm_page_cache": {"type": "bool", "default": True},
+        # specdeploy.serve.prewarm: readers (0: from the host's CPUs) and the bound on what is read.
+        "prewarm": {"type": "dict", "default": {}},
         "state_dir": {"type": "str", "default": DEFAULT_STATE_DIR},
         "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
         # A fleet: the router's inventory host (empty: no router) and this engine's URL there.
@@ -129,12 +132,15 @@ class ActionModule(SpecdeployAction):
                 raise SpecdeployError(verdict.headline)
             return verdict
 
+        warmed: dict[str, Any] = {}
+
         def warm() -> str:
             if not args["warm_page_cache"]:
                 return "page cache not warmed (serving_warm_page_cache: false)"
-            report = rollouts.warm_page_cache(conn.commands, cfg.model_path)
-            self.say(report)
-            return report
+            report = prewarmer(conn.commands, cfg.model_path, args["prewarm"]).warm()
+            warmed.update(report.as_dict())
+            self.say(report.message)
+            return report.message
 
         grace_note = f"contact lost for more than {grace:.0f} s (serving_reconnect_grace)"
         rollout: Rollout | None = None
@@ -172,4 +178,4 @@ class ActionModule(SpecdeployAction):
                                  hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
-        return result(outcome, joined)
+        return {**result(outcome, joined), "prewarm": warmed or None}

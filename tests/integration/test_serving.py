@@ -23,11 +23,13 @@ import pytest
 from openai import OpenAI
 
 from specdeploy.build import source
-from specdeploy.connection import docker_client
+from specdeploy.connection import CommandHost, docker_client
 from specdeploy.playbook import parse_recap
+from specdeploy.serve import prewarm
 from specdeploy.serve.config import CONFIG_LABEL
 from specdeploy.targets import Target, forward_port
 from specdeploy.watch.readiness import spec_counters
+from specdeploy_testbed import checkpoint as testbed_checkpoint
 from specdeploy_testbed import testbed
 
 from .helpers import CLI, ROOT, record_timing, specdeploy
@@ -111,6 +113,56 @@ def test_the_first_deploy_prints_where_its_start_up_went_and_records_it(deployed
     code, raw = host.exec_run(["cat", "/var/lib/specdeploy/serving/rollout.json"])
     assert code == 0, raw
     assert [r["stage"] for r in json.loads(raw)["last_ready"]["startup"]] == [name for name, _ in stages]
+
+
+PREWARM_DIR, PREWARM_SHARDS, PREWARM_SHARD_BYTES = "/srv/specdeploy/prewarm-checkpoint", 4, 48 * 1024**2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(deployed):
+    """A synthetic 192 MiB safetensors checkpoint on testbed-1 (four random shards), made after the
+    deploy (the serving role installed vmtouch there)."""
+    host = CommandHost(target(), testbed.paths().ssh())
+    testbed_checkpoint.make(host, PREWARM_DIR, PREWARM_SHARDS, PREWARM_SHARD_BYTES)
+    yield host
+    testbed_checkpoint.remove(host, PREWARM_DIR)
+
+
+def test_the_first_deploy_warmed_the_page_cache_with_vmtouch_and_reported_it(deployed):
+    line = re.search(r"page cache warmed: (\d+) files, .*? GB/s with (\d+) readers; (\d+)% of the model resident",
+                     deployed.output)  # fmt: skip
+    assert line, deployed.output[-3000:]
+    assert int(line[1]) >= 3 and int(line[2]) == 2 and int(line[3]) >= 99, line[0]  # 2 CPUs: 2 readers
+
+
+def test_the_prewarm_reads_a_whole_checkpoint_and_measures_its_residency(checkpoint):
+    testbed_checkpoint.evict(checkpoint, PREWARM_DIR)
+    warmer = prewarm.Prewarmer(checkpoint, PREWARM_DIR, readers=2)
+    cold = warmer.residency(warmer.files())
+    report = warmer.warm()
+    assert cold is not None and cold < 0.05, cold  # the eviction took: the figure below is the prewarm's
+    assert report.warmed and not report.partial, report.message
+    data = PREWARM_SHARDS * PREWARM_SHARD_BYTES  # plus the headers, the index and config.json
+    assert data < report.model_bytes < data + 64 * 1024, report
+    assert report.resident_fraction is not None and report.resident_fraction >= 0.99, report.message
+    assert report.gb_per_s > 0 and report.readers == 2, report
+
+
+def test_a_model_over_the_bound_gets_its_first_shards_warmed_and_the_report_says_how_much(checkpoint):
+    """The bound (serving_prewarm_max_gb) at 2.5 shards: the config and index, the first two shards
+    whole and half of the third, in the engine's order; the residency follows from mincore."""
+    testbed_checkpoint.evict(checkpoint, PREWARM_DIR)
+    bound = int(2.5 * PREWARM_SHARD_BYTES)
+    warmer = prewarm.Prewarmer(checkpoint, PREWARM_DIR, max_bytes=bound)
+    report = warmer.warm()
+    assert report.warmed and report.partial and report.planned_bytes == bound, report
+    assert "page cache warmed partially: the first 5 of 6 files" in report.message, report.message
+    assert "the bound: serving_prewarm_max_gb" in report.message, report.message
+    share = bound / report.model_bytes
+    assert report.resident_fraction is not None and share - 0.01 <= report.resident_fraction <= share + 0.1, report
+    shards = [f for f in prewarm.read_order(warmer.files()) if f.path.endswith(".safetensors")]
+    assert [warmer.residency([f]) for f in shards[:2]] == [1.0, 1.0]
+    assert (warmer.residency([shards[3]]) or 0.0) < 0.05  # the last shard in the engine's order: left cold
 
 
 def _png(width: int, height: int) -> str:

@@ -38,6 +38,7 @@ def render(
     sgl_kernel_build: str = "auto",
     base: PipBase | None = None,
     sgl_kernel_requirement: str | None = None,
+    loader_requirements: tuple[str, ...] = (),
 ) -> str:
     """The Dockerfile. With BASE, PROF is first turned into its pip_profile()."""
     if base is not None:
@@ -78,6 +79,7 @@ def render(
         patch_digest=patch_digest,
         drafter_digest=drafter_digest,
         drafter_dir=DRAFTER_DIR,
+        loader_requirements=loader_requirements,
     )
 
 
@@ -96,6 +98,7 @@ def prepare_context(
     sgl_kernel_build: str,
     wheel: Path | None,
     base: PipBase | None = None,
+    loader_requirements: tuple[str, ...] = (),
 ) -> dict[str, object]:
     """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels."""
     if base is not None and base.ca_bundle is not None and not base.ca_bundle.is_file():
@@ -110,6 +113,7 @@ def prepare_context(
         sgl_kernel_build=sgl_kernel_build,
         base=base,
         sgl_kernel_requirement=profiles.sglang_kernel_requirement(built) if built.engine == "sglang" else None,
+        loader_requirements=loader_requirements,
     )
     prof = built
     dest.mkdir(parents=True, exist_ok=True)

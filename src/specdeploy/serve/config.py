@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specdeploy.build.profiles import DRAFTER_DIR
+from specdeploy.serve import loaders
 
 ENGINES = ("vllm", "sglang")
 GPU_ACCESS = ("cdi", "device_requests", "none")
@@ -21,6 +22,9 @@ IPC_MODES = ("host", "private", "shareable")
 MODEL_MOUNT = "/models/target"
 CONTAINER = "specdeploy-engine"
 CONFIG_LABEL = "io.specdeploy.serve-config"
+# Fields added after deployments existed: left out of the digest while at their default, so that
+# upgrading specdeploy alone restarts no engine (a 25-minute load each on the user's model).
+DIGEST_SKIPS_AT_DEFAULT: dict[str, Any] = {"load_format": ""}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class ServingConfig:
     node_rank: int = 0
     master_addr: str = ""
     master_port: int = 29501
+    # The weight loader (specdeploy.serve.loaders): "" for the engine's default, no flag.
+    load_format: str = ""
+    # The rollout warms the page cache first (serving_warm_page_cache): a loader that would read
+    # past it is told not to (loaders.Loader.environment).
+    page_cache_warmed: bool = False
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -89,8 +98,9 @@ class ServingConfig:
             if name in known:
                 known[name] = int(known[name])
         known["nccl"] = dict(known.get("nccl") or {})
-        if "trust_remote_code" in known:
-            known["trust_remote_code"] = str(known["trust_remote_code"]).lower() in ("true", "1", "yes")
+        for name in ("trust_remote_code", "page_cache_warmed"):
+            if name in known:
+                known[name] = str(known[name]).lower() in ("true", "1", "yes")
         return cls(**known)
 
     def problems(self) -> list[str]:
@@ -124,6 +134,7 @@ class ServingConfig:
             out.append("serving_attention_backend / serving_draft_attention_backend are SGLang's flags; for vLLM set "
                        "serving_env: {VLLM_ATTENTION_BACKEND: ...}")  # fmt: skip
         out += self._multi_node_problems()
+        out += loaders.problems(self.load_format, self.engine, self.gpus)
         if any("api-key" in arg for arg in self.extra_args):
             out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
         return out
@@ -192,7 +203,7 @@ class ServingConfig:
         if self.drain_timeout:
             cmd += ["--shutdown-timeout", str(self.drain_timeout)]
         nccl = (str(a) for a in self.nccl.get("vllm_args", []))
-        return [*cmd, *self._model_code_args(), *self._multi_node_args(), *nccl, *self.extra_args]
+        return [*cmd, *self._model_code_args(), *self._loader_args(), *self._multi_node_args(), *nccl, *self.extra_args]
 
     def _network(self) -> dict[str, Any]:
         if self.host_network:
@@ -215,6 +226,10 @@ class ServingConfig:
     def stop_timeout_s(self) -> int:
         """How long `docker stop` waits before SIGKILL: the drain, plus the engine's own exit."""
         return max(60, self.drain_timeout + 30)
+
+    def _loader_args(self) -> list[str]:
+        found = loaders.loader(self.load_format)
+        return found.args(self.engine) if found else []
 
     def _model_code_args(self) -> list[str]:
         """The same flag names on both engines."""
@@ -240,11 +255,13 @@ class ServingConfig:
             cmd += ["--attention-backend", self.attention_backend]
         if self.draft_attention_backend and self.speculative_method == "eagle3":
             cmd += ["--speculative-draft-attention-backend", self.draft_attention_backend]
-        return [*cmd, *self._model_code_args(), *self._multi_node_args(),
+        return [*cmd, *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
                 *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
-        env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()}, **self.env}
+        found = loaders.loader(self.load_format)
+        env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()},
+               **(found.environment(self.page_cache_warmed) if found else {}), **self.env}  # fmt: skip
         if self.api_key:  # both engines read it from the environment: never on the command line
             env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
         return env
@@ -252,6 +269,14 @@ class ServingConfig:
     def digest(self) -> str:
         """What the container is made of (the API key as a hash only)."""
         fields = asdict(self)
+        for name, default in DIGEST_SKIPS_AT_DEFAULT.items():
+            if fields[name] == default:
+                del fields[name]
+        # An input only through the loader's environment: that is what the container is made of.
+        del fields["page_cache_warmed"]
+        found = loaders.loader(self.load_format)
+        if found and found.environment(self.page_cache_warmed):
+            fields["loader_env"] = found.environment(self.page_cache_warmed)
         fields["api_key"] = hashlib.sha256(self.api_key.encode()).hexdigest() if self.api_key else None
         return "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +22,6 @@ from docker.client import DockerClient
 from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 
-from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
@@ -36,7 +34,6 @@ FAILED = f"{CONTAINER}-failed"
 # The version before -previous, kept while a rollout is unproven: a failure puts it back as -previous.
 OLDER = f"{CONTAINER}-older"
 RUNNING_POLICY = {"Name": "unless-stopped"}
-WARM_MAX_FRACTION = 0.5  # of MemAvailable: never push the serving engine's own memory out
 
 Watcher = Callable[[str], Verdict]  # container name -> verdict
 # (READY container, its verdict, the last promoted version's kept figures) -> the promotion decision
@@ -77,28 +74,6 @@ def _remove(client: DockerClient, name: str) -> None:
 def is_converged(container: Container | None, cfg: ServingConfig, image_id: str) -> bool:
     """Running this configuration and image (proven or not: see is_proven)."""
     return container is not None and container.status == "running" and _matches(container, cfg, image_id)
-
-
-def warm_page_cache(host: CommandHost, model_path: str) -> str:
-    """Read the model files once so the new engine loads from memory, when memory allows."""
-    size = subprocess.run(host.command("du", "-sb", model_path), capture_output=True, text=True, check=False)
-    mem = subprocess.run(host.command("grep", "MemAvailable", "/proc/meminfo"), capture_output=True, text=True,
-                         check=False)  # fmt: skip
-    try:
-        model_bytes = int(size.stdout.split()[0])
-        available = int(mem.stdout.split()[1]) * 1024
-    except (IndexError, ValueError):
-        return f"page cache not warmed: cannot size {model_path} or read MemAvailable"
-    gib = 1024**3
-    if model_bytes > available * WARM_MAX_FRACTION:
-        return (f"page cache not warmed: the model ({model_bytes / gib:.1f} GiB) is more than "
-                f"{WARM_MAX_FRACTION:.0%} of MemAvailable ({available / gib:.1f} GiB)")  # fmt: skip
-    read = host.command("find", model_path, "-type", "f", "-exec", "cat", "{}", "+")
-    proc = subprocess.run(read, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    if proc.returncode != 0:
-        return f"page cache warming failed: {proc.stderr.strip()[-200:]}"
-    mib = model_bytes / 1024**2
-    return f"page cache warmed: read {mib:.1f} MiB of model files (MemAvailable {available / gib:.1f} GiB)"
 
 
 def _save_diagnostics(verdict: Verdict, container: Container) -> None:

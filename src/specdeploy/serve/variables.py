@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from specdeploy.serve import loaders
 from specdeploy.serve.config import ENGINES, GPU_ACCESS, IPC_MODES, SPECULATIVE_METHODS
 
 Check = Callable[[Any], str | None]  # None: fine; else what is allowed
@@ -164,6 +165,9 @@ RULES: dict[str, Check] = {
     "serving_bench_min_acceptance_length": number(0, 64),
     "serving_bench_max_regression": number(0.001, 0.999),
     "serving_warm_page_cache": boolean,
+    "serving_prewarm_readers": integer(0, 256),
+    "serving_prewarm_max_fraction": number(0.01, 0.9),
+    "serving_prewarm_max_gb": number(0, 1_000_000),
     "serving_iommu_acs_fixed": boolean,
     "serving_trust_remote_code": boolean,
     "serving_tool_call_parser": parser_name,
@@ -175,6 +179,11 @@ RULES: dict[str, Check] = {
     "serving_node_rank": integer(0, 63),
     "serving_master_addr": lambda value: None if value in ("", None) else ip_address(value),
     "serving_master_port": integer(1, 65535),
+    "serving_load_format": lambda value: (
+        None
+        if value in ("", None) or value in loaders.LOADERS
+        else (f"empty (the engine's default) or one of {', '.join(loaders.LOADERS)}")
+    ),
 }
 
 
