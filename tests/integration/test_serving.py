@@ -132,7 +132,8 @@ def test_the_first_deploy_warmed_the_page_cache_with_vmtouch_and_reported_it(dep
     line = re.search(r"page cache warmed: (\d+) files, .*? GB/s with (\d+) readers; (\d+)% of the model resident",
                      deployed.output)  # fmt: skip
     assert line, deployed.output[-3000:]
-    assert int(line[1]) >= 3 and int(line[2]) == 2 and int(line[3]) >= 99, line[0]  # 2 CPUs: 2 readers
+    # The test-bed host sees this machine's CPUs: one reader each, up to 16.
+    assert int(line[1]) >= 3 and int(line[2]) == min(16, os.cpu_count() or 1) and int(line[3]) >= 99, line[0]
 
 
 def test_the_prewarm_reads_a_whole_checkpoint_and_measures_its_residency(checkpoint):
