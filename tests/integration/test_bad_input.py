@@ -97,3 +97,14 @@ def test_bad_serving_variables_are_rejected_by_the_argument_spec(testbed_up):
     assert_clear_error(unknown, "Validating arguments against arg spec 'check'", "serving_gpus", "cdi")
     for result in (wrong_type, unknown):
         assert "PLAY [Build" not in result.output and "changed=0" in result.output
+
+
+def test_a_loader_the_cpu_build_cannot_run_is_refused_before_any_build(testbed_up):
+    """vLLM takes any --load-format string and fails only when the weights load; on the test bed's
+    CPU build fastsafetensors would die on `cuda:cpu`. Refused in the preflight play instead."""
+    gpu_only = specdeploy("deploy", "-e", "serving_load_format=fastsafetensors")
+    assert_clear_error(gpu_only, "serving_load_format='fastsafetensors' needs GPUs", "serving_gpus is none")
+    unknown = specdeploy("deploy", "-e", "serving_load_format=runai")
+    assert_clear_error(unknown, "serving_load_format='runai': must be empty (the engine's default) or one of auto")
+    for result in (gpu_only, unknown):
+        assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output
