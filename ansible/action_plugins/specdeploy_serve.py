@@ -165,6 +165,10 @@ class ActionModule(SpecdeployAction):
                         raise
                     raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
                 outcome = rollout.deploy(cfg, image_id, warm)
+                run_folder = (outcome.verdict or {}).get("diagnostics")
+                if warmed and run_folder:  # beside the verdict: what the start-up found in memory
+                    Path(run_folder).mkdir(parents=True, exist_ok=True)
+                    (Path(run_folder) / "prewarm.json").write_text(json.dumps(warmed, indent=2) + "\n")
             # Back in the router only on a READY engine: the new version, or the previous one restored.
             if fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back"):
                 joined = fleet.join()

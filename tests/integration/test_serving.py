@@ -24,6 +24,7 @@ from openai import OpenAI
 
 from specdeploy.build import source
 from specdeploy.connection import CommandHost, docker_client
+from specdeploy.paths import state_dir
 from specdeploy.playbook import parse_recap
 from specdeploy.serve import prewarm
 from specdeploy.serve.config import CONFIG_LABEL
@@ -134,6 +135,10 @@ def test_the_first_deploy_warmed_the_page_cache_with_vmtouch_and_reported_it(dep
     assert line, deployed.output[-3000:]
     # The test-bed host sees this machine's CPUs: one reader each, up to 16.
     assert int(line[1]) >= 3 and int(line[2]) == min(16, os.cpu_count() or 1) and int(line[3]) >= 99, line[0]
+    # Kept beside the verdict of that start-up (no deploy has run since the fixture's).
+    run = max((state_dir() / "runs" / "testbed-1").iterdir())
+    kept = json.loads((run / "prewarm.json").read_text())
+    assert kept["warmed"] and not kept["partial"] and kept["resident_fraction"] >= 0.99, kept
 
 
 def test_the_prewarm_reads_a_whole_checkpoint_and_measures_its_residency(checkpoint):
