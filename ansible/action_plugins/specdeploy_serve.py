@@ -23,7 +23,7 @@ from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.paths import state_dir
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
-from specdeploy.serve.prewarm import prewarmer
+from specdeploy.serve.prewarm import Prewarmer, prewarmer
 from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
@@ -41,6 +41,29 @@ def result(outcome: rollouts.Outcome, joined: bool) -> dict[str, Any]:
     table = startup.render(verdict["startup"], verdict["status"]) if verdict.get("startup") else []
     return {**asdict(outcome), "changed": outcome.changed or joined, "failed": failed, "msg": message,
             "joined_router": joined, "startup_table": table}  # fmt: skip
+
+
+class Prewarm:
+    """The rollout's `warm` step (run while the old engine serves); its report is kept beside the
+    verdict of the start-up it was for."""
+
+    def __init__(self, action: SpecdeployAction, prewarmer: Prewarmer, enabled: bool) -> None:
+        self.action, self.prewarmer, self.enabled = action, prewarmer, enabled
+        self.report: dict[str, Any] | None = None
+
+    def __call__(self) -> str:
+        if not self.enabled:
+            return "page cache not warmed (serving_warm_page_cache: false)"
+        report = self.prewarmer.warm()
+        self.report = report.as_dict()
+        self.action.say(report.message)
+        return report.message
+
+    def keep(self, verdict: dict[str, Any] | None) -> None:
+        folder = (verdict or {}).get("diagnostics")
+        if self.report is not None and folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / "prewarm.json").write_text(json.dumps(self.report, indent=2) + "\n")
 
 
 class ActionModule(SpecdeployAction):
@@ -132,15 +155,7 @@ class ActionModule(SpecdeployAction):
                 raise SpecdeployError(verdict.headline)
             return verdict
 
-        warmed: dict[str, Any] = {}
-
-        def warm() -> str:
-            if not args["warm_page_cache"]:
-                return "page cache not warmed (serving_warm_page_cache: false)"
-            report = prewarmer(conn.commands, cfg.model_path, args["prewarm"]).warm()
-            warmed.update(report.as_dict())
-            self.say(report.message)
-            return report.message
+        warm = Prewarm(self, prewarmer(conn.commands, cfg.model_path, args["prewarm"]), args["warm_page_cache"])
 
         grace_note = f"contact lost for more than {grace:.0f} s (serving_reconnect_grace)"
         rollout: Rollout | None = None
@@ -165,10 +180,7 @@ class ActionModule(SpecdeployAction):
                         raise
                     raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
                 outcome = rollout.deploy(cfg, image_id, warm)
-                run_folder = (outcome.verdict or {}).get("diagnostics")
-                if warmed and run_folder:  # beside the verdict: what the start-up found in memory
-                    Path(run_folder).mkdir(parents=True, exist_ok=True)
-                    (Path(run_folder) / "prewarm.json").write_text(json.dumps(warmed, indent=2) + "\n")
+                warm.keep(outcome.verdict)
             # Back in the router only on a READY engine: the new version, or the previous one restored.
             if fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back"):
                 joined = fleet.join()
@@ -182,4 +194,4 @@ class ActionModule(SpecdeployAction):
                                  hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
-        return {**result(outcome, joined), "prewarm": warmed or None}
+        return {**result(outcome, joined), "prewarm": warm.report}
