@@ -20,7 +20,7 @@ from specdeploy.serve.prewarm import GIB, Prewarmer
 from specdeploy.targets import Target
 from specdeploy_testbed import checkpoint, testbed
 
-FOLDER, SHARDS, SHARD_BYTES, ROUNDS = "/srv/specdeploy/bench-checkpoint", 4, 512 * 1024**2, 3
+FOLDER, SHARDS, SHARD_BYTES, ROUNDS = "/var/tmp/specdeploy-bench-checkpoint", 4, 512 * 1024**2, 3
 DD = ('start=$(date +%s.%N); for f in "$@"; do dd if="$f" of=/dev/null bs=16M status=none || exit 1; done; '
       'end=$(date +%s.%N); echo "dd $start $end"')  # fmt: skip
 

@@ -116,7 +116,7 @@ def test_the_first_deploy_prints_where_its_start_up_went_and_records_it(deployed
     assert [r["stage"] for r in json.loads(raw)["last_ready"]["startup"]] == [name for name, _ in stages]
 
 
-PREWARM_DIR, PREWARM_SHARDS, PREWARM_SHARD_BYTES = "/srv/specdeploy/prewarm-checkpoint", 4, 48 * 1024**2
+PREWARM_DIR, PREWARM_SHARDS, PREWARM_SHARD_BYTES = "/var/tmp/specdeploy-prewarm-checkpoint", 4, 48 * 1024**2
 
 
 @pytest.fixture(scope="module")
