@@ -133,13 +133,15 @@ class ActionModule(SpecdeployAction):
         conn, grace = self.connection, args["reconnect_grace"]
         diagnostics = diagnostics_root(state_dir(), self.host_name)
 
-        def watch(container: str) -> Verdict:
-            self.say(f"watching {container} (stall timeout {args['stall_timeout']:.0f} s)")
+        def watch(container: str, stall_floor_s: float = 0.0) -> Verdict:
+            stall = max(args["stall_timeout"], stall_floor_s)
+            why = " (the proven version's: twice its longest recorded stage)" if stall > args["stall_timeout"] else ""
+            self.say(f"watching {container} (stall timeout {stall:.0f} s{why})")
             options = WatchOptions(
                 url=None,
                 model=cfg.served_model_name,
                 speculative=cfg.speculative_method == "eagle3",
-                stall_timeout_s=args["stall_timeout"],
+                stall_timeout_s=stall,
                 timeout_s=args["timeout"],
                 api_key=cfg.api_key,
                 diagnostics=diagnostics,

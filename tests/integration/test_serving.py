@@ -167,7 +167,8 @@ def test_a_model_over_the_bound_gets_its_first_shards_warmed_and_the_report_says
     share = bound / report.model_bytes
     assert report.resident_fraction is not None and share - 0.01 <= report.resident_fraction <= share + 0.1, report
     shards = [f for f in prewarm.read_order(warmer.files()) if f.path.endswith(".safetensors")]
-    assert [warmer.residency([f]) for f in shards[:2]] == [1.0, 1.0]
+    # Whole, less what the kernel may reclaim meanwhile (CI measured 0.999: 12 of 12,289 pages).
+    assert all((warmer.residency([f]) or 0.0) >= 0.99 for f in shards[:2]), [warmer.residency([f]) for f in shards]
     assert (warmer.residency([shards[3]]) or 0.0) < 0.05  # the last shard in the engine's order: left cold
 
 

@@ -142,11 +142,17 @@ class FakeWatch:
 
     def __init__(self, engine: FakeDocker, outcomes: dict[str, str]) -> None:
         self.engine, self.outcomes, self.watched = engine, outcomes, []
+        self.floors: list[float] = []
 
-    def __call__(self, name: str) -> Verdict:
+    def __call__(self, name: str, stall_floor_s: float = 0.0) -> Verdict:
         container = self.engine.named(name)
         assert container is not None, name
         self.watched.append((name, container.image_id))
+        self.floors.append(stall_floor_s)
         status = self.outcomes.get(container.image_id, "READY") if container.status == "running" else "FAILED"
+        # A READY start-up's stages as the watchdog times them (its longest: 37 s resolving config).
+        stages = [{"stage": "launched", "began_s": 0.0, "seconds": 13.0},
+                  {"stage": "resolving config", "began_s": 13.0, "seconds": 37.0}]  # fmt: skip
+        startup = stages if status == "READY" else []
         return Verdict(status=status, elapsed_s=1.0, stage="API server up", headline=f"{status} {container.image_id}",
-                       diagnostics="/tmp/specdeploy-fake-diagnostics")  # fmt: skip
+                       diagnostics="/tmp/specdeploy-fake-diagnostics", startup=startup)  # fmt: skip

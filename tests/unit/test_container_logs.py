@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from specdeploy.watch.sources import ContainerSource
 
 
@@ -37,3 +39,19 @@ def test_progress_bar_redraws_are_lines_and_unstamped_parts_do_not_break_parsing
     # The overlapping second (since is inclusive) is not read twice.
     assert source.read_new() == ["INFO ready"]
     assert logs.since[0] is None and logs.since[1].isoformat().startswith("2026-11-30T01:04:57")
+
+
+class RestartedLogs(RecordedLogs):
+    """A container restarted by a rollback: Docker keeps its earlier runs' lines in its log."""
+
+    attrs: ClassVar[dict[str, dict[str, str]]] = {"State": {"StartedAt": "2026-12-02T02:24:24.912345678Z"}}
+
+
+def test_a_restarted_container_is_read_from_its_current_run_only():
+    logs = RestartedLogs([b"2026-12-02T02:24:31.1Z INFO this run\n"])
+    assert ContainerSource(logs).read_new() == ["INFO this run"]
+    assert logs.since[0].isoformat() == "2026-12-02T02:24:24.912345+00:00"
+    never_started = RecordedLogs([b""])
+    never_started.attrs = {"State": {"StartedAt": "0001-01-01T00:00:00Z"}}  # type: ignore[attr-defined]
+    ContainerSource(never_started).read_new()
+    assert never_started.since == [None]

@@ -35,7 +35,7 @@ FAILED = f"{CONTAINER}-failed"
 OLDER = f"{CONTAINER}-older"
 RUNNING_POLICY = {"Name": "unless-stopped"}
 
-Watcher = Callable[[str], Verdict]  # container name -> verdict
+Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
 # (READY container, its verdict, the last promoted version's kept figures) -> the promotion decision
 Gate = Callable[[Container, dict[str, Any], "dict[str, Any] | None"], GateResult]
 T = TypeVar("T")
@@ -94,7 +94,16 @@ def _ref(container: Container, proven: bool = False) -> EngineRef:
     )
 
 
-def _bring_up(container: Container, watch: Watcher, diagnostics: Path) -> Verdict:
+def proven_quiet_s(ref: EngineRef | None) -> float:
+    """A floor for the stall timeout when a version proven READY is brought back: twice its
+    longest start-up stage as recorded. A tight serving_stall_timeout must not judge the known-good
+    version STALLED while it imports (a rollback that fails so leaves nothing serving); found by CI,
+    where a restored engine printed its first line after 20 s under the stall test's 20 s timeout."""
+    stages = (ref.startup if ref else None) or []
+    return 2 * max((float(s.get("seconds") or 0) for s in stages), default=0.0)
+
+
+def _bring_up(container: Container, watch: Watcher, diagnostics: Path, stall_floor_s: float = 0.0) -> Verdict:
     container.reload()  # a renamed container keeps its old name until reloaded
     if container.status != "running":
         try:
@@ -109,7 +118,7 @@ def _bring_up(container: Container, watch: Watcher, diagnostics: Path) -> Verdic
                 headline=f"docker could not start {container.name}: {exc.explanation or exc}",
             )
         container.reload()
-    return watch(container.name)
+    return watch(container.name, stall_floor_s)
 
 
 def is_proven(container: Container | None, record: RolloutRecord) -> bool:
@@ -187,12 +196,12 @@ class Rollout:
         self.began = True
         self.store.save(stamp(self.record, phase))
 
-    def _bring_up(self, container_id: str) -> Verdict:
+    def _bring_up(self, container_id: str, stall_floor_s: float = 0.0) -> Verdict:
         """Start it unless it runs, and watch it; the watch itself survives transport faults."""
         container = self._get(container_id)
         if container is None:
             raise SpecdeployError(f"the engine container {container_id[:12]} vanished during the rollout")
-        return _bring_up(container, self.watch, self.diagnostics)
+        return _bring_up(container, self.watch, self.diagnostics, stall_floor_s)
 
     # ------------------------------------------------------------------ the rollout
 
@@ -300,7 +309,7 @@ class Rollout:
         older = self._get(OLDER)
         if older is not None:
             self._rename(str(older.id), PREVIOUS)  # the version before the restored one, as it was
-        back = self._bring_up(ready.container_id)
+        back = self._bring_up(ready.container_id, proven_quiet_s(ready))
         outcome.rollback_verdict = asdict(back)
         if back.status == "READY":
             self._promote(ready.container_id)

@@ -167,7 +167,9 @@ class ContainerSource:
     def __init__(self, container: Any) -> None:
         self.container = container
         self.description = f"container {container.name}"
-        self._since: Any = None
+        # This run's lines only: a restarted container (a rolled-back version) keeps its earlier
+        # runs' log, whose stages and errors are not this start-up's.
+        self._since: Any = _run_start(container)
         self._last_stamp: str | None = None
         self._no_nvidia_smi = False
         self._seen_at_since: set[str] = set()
@@ -239,6 +241,12 @@ class ContainerSource:
 
 
 _STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
+
+
+def _run_start(container: Any) -> datetime | None:
+    """When the container's current run began (State.StartedAt), or None before its first start."""
+    started = str(((getattr(container, "attrs", None) or {}).get("State") or {}).get("StartedAt") or "")
+    return _parse_stamp(started) if _STAMP.match(started) and not started.startswith("0001-") else None
 
 
 def _parse_stamp(stamp: str) -> datetime:

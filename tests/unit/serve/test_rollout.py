@@ -60,7 +60,7 @@ class Host:
         return self.store.load()
 
     def watch_raises(self, exc: BaseException) -> None:
-        def watch(name: str):
+        def watch(name: str, stall_floor_s: float = 0.0):
             raise exc
 
         self.watch = watch  # type: ignore[assignment]
@@ -109,6 +109,16 @@ def test_previous_is_never_a_version_that_was_not_ready(tmp_path):
     previous = host.docker.named(PREVIOUS)
     assert previous is None or previous.image_id == "sha256:v1"
     assert host.docker.named(FAILED).image_id == "sha256:bad2"
+
+
+def test_the_restored_version_is_watched_with_at_least_twice_its_longest_proven_stage(tmp_path):
+    """A tight stall timeout must not judge the known-good version STALLED while it imports: the
+    rollback's watch gets a floor from the start-up recorded when that version was proven."""
+    host = Host(tmp_path, {"sha256:bad": "FAILED"})
+    host.deploy("v1")
+    host.deploy("bad")
+    assert host.watch.floors == [0.0, 0.0, 74.0], host.watch.watched  # v1, bad, then v1 restored
+    proven(host, "v1")
 
 
 def test_two_failed_versions_then_rollback_brings_back_the_ready_one_before(tmp_path):
@@ -193,10 +203,10 @@ def test_dockerd_killed_during_the_watch_restores_the_last_ready(tmp_path):
 
     crashed = []
 
-    def watch_then_crash(name: str):
+    def watch_then_crash(name: str, stall_floor_s: float = 0.0):
         if not crashed:
             crashed.append(host.docker.crash_all())
-        return FakeWatch(host.docker, {})(name)
+        return FakeWatch(host.docker, {})(name, stall_floor_s)
 
     host.watch = watch_then_crash  # type: ignore[assignment]
     outcome = host.deploy("v2")
