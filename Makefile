@@ -49,8 +49,8 @@ testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
 lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ansible-lint --profile production --strict
 	$(BIN)/yamllint --strict .
-	$(BIN)/ruff check src tests ansible bench testbed
-	$(BIN)/ruff format --check src tests ansible bench testbed
+	$(BIN)/ruff check src tests ansible bench testbed gpu_truth
+	$(BIN)/ruff format --check src tests ansible bench testbed gpu_truth
 	$(BIN)/mypy
 
 test-unit: setup ## Unit tests (no test bed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,10 @@ MLA_EAGLE3_VLLM = (0, 18)
 # in 0.5.23; tests/integration/test_patch_releases.py reads them from the real release). SGLang has no
 # reader for the speculators format.
 SGLANG_EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
+AUX_KEY = "eagle_aux_hidden_state_layer_ids"
+# Targets whose EAGLE-3 capture is deepseek_v2.py's in both engines (Kimi-K2.5's text model is a DeepSeek-V3).
+DEEPSEEK_TARGETS = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25")
+PORTABLE_AUX = "use ids that start above 1 and end below the last layer, read alike by vLLM and SGLang"
 
 
 def drafter_kind(config: Mapping[str, Any]) -> str | None:
@@ -47,12 +51,77 @@ def _drafter_dims(config: Mapping[str, Any], kind: str) -> tuple[int | None, int
     return (int(hidden) if hidden else None, int(vocab) if vocab else None)
 
 
-def _aux_layer_ids(config: Mapping[str, Any]) -> list[Any] | None:
-    for holder in (config, config.get("eagle_config") or {}):
-        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, Mapping) else None
-        if ids is not None:
-            return list(ids)
-    return None
+def aux_layer_readings(ids: Sequence[int], engine: str) -> list[int]:
+    """The target layers whose input (the residual stream after that many layers) ENGINE's DeepSeek-V2/V3
+    model captures for a drafter's eagle_aux_hidden_state_layer_ids IDS, in their order.
+
+    vLLM (vllm/model_executor/models/deepseek_v2.py, DeepseekV2Model.forward; read in 0.32.0 and 0.33.0):
+    as written, `hidden_states + residual` before layer i. Id 0 crashes (no residual yet); id
+    num_hidden_layers is the last layer's output (captured after the loop).
+    SGLang (sglang/srt/models/deepseek_v2.py, DeepseekV2ForCausalLM.set_eagle3_layers_to_capture; read in
+    0.5.17 and 0.5.23): ids whose first is 1 are shifted by +1 (`if layer_ids[0] == 1`), others taken as
+    written; DeepseekV2Model.forward captures layer i's input for i < num_hidden_layers only, so a reading
+    at or past it is never captured ("captured 2 of 3 aux hidden states"). Id 0 is the embedding.
+    (Its Llama model shifts every id by +1: sglang/srt/models/llama.py; not mirrored here.)
+    """
+    if engine == "sglang" and ids and ids[0] == 1:
+        return [i + 1 for i in ids]
+    return list(ids)
+
+
+def _aux_ids_at(config: Mapping[str, Any]) -> tuple[list[Any] | None, list[Any] | None]:
+    """(top-level ids, eagle_config's ids)."""
+    nested = config.get("eagle_config")
+    top, inner = config.get(AUX_KEY), nested.get(AUX_KEY) if isinstance(nested, Mapping) else None
+    return (list(top) if top is not None else None, list(inner) if inner is not None else None)
+
+
+def _aux_problems(
+    config: Mapping[str, Any], engine: tuple[str, str] | None, target: Mapping[str, Any] | None
+) -> list[str]:
+    """Aux layer ids the image's engine does not read, or reads other than written, or crashes on."""
+    found: list[str] = []
+    name, version = engine or ("", "")
+    top, nested = _aux_ids_at(config)
+    if top is not None and nested is not None and top != nested:
+        found.append(f"{AUX_KEY} {top} differs from eagle_config.{AUX_KEY} {nested}: vLLM reads the first, "
+                     "SGLang the second; make them the same")  # fmt: skip
+    if name == "sglang" and top is not None and nested is None:
+        # sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py (0.5.17, 0.5.23)
+        return [*found, f"SGLang {version} reads the aux layer ids only from eagle_config.{AUX_KEY}, which this "
+                        f"drafter lacks: it would capture its default layers, not {top}; copy them there"]  # fmt: skip
+    if name == "vllm" and top is None and nested is not None:
+        # vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py, get_eagle3_aux_layers_from_config (0.32.0, 0.33.0):
+        # the V2 model runner, the default where Triton is (CUDA), reads only the top-level key.
+        found.append(f"vLLM {version}'s V2 model runner (its default on CUDA) reads the aux layer ids only from the "
+                     f"top-level {AUX_KEY}, which this drafter lacks: it would capture its default layers, not "
+                     f"{nested}; copy them there")  # fmt: skip
+    ids = nested if name == "sglang" else (top if top is not None else nested)
+    if ids is None:
+        return found
+    layers = target.get("num_hidden_layers") if target else None
+    top_layer = int(layers) - 1 if layers else None
+    # SGLang takes layer 0's input (the embedding); vLLM crashes there. vLLM 0.32/0.33 would also take
+    # id num_hidden_layers (the last layer's output); SGLang and the patched 0.16/0.17 never capture it.
+    lowest = 0 if name == "sglang" else 1
+    allowed = f"{lowest} … {top_layer}" if top_layer is not None else f">= {lowest}"
+    why = (f"SGLang {version} captures only its layers' inputs: others die with 'captured … of … aux hidden states'"
+           if name == "sglang"
+           else "layer 0 has no residual yet: the target crashes with 'Tensor' + 'NoneType'")  # fmt: skip
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in ids) or len(set(ids)) != len(ids):
+        return [*found, f"{AUX_KEY} {ids}: each must be a distinct layer index in {allowed} ({why}): {PORTABLE_AUX}"]
+    model_type = target.get("model_type") if target else None
+    readings = aux_layer_readings(ids, name) if model_type in (None, *DEEPSEEK_TARGETS) else list(ids)
+    past = [r for r in readings if r < lowest or (top_layer is not None and r > top_layer)]
+    if readings != ids:
+        crash = (f", and the target has layers 0 … {top_layer}: it dies with 'captured {len(ids) - len(past)} of "
+                 f"{len(ids)} aux hidden states'") if past else ""  # fmt: skip
+        found.append(f"SGLang {version} reads {AUX_KEY} {ids} as layers {readings} (its DeepSeek model shifts ids "
+                     f"that start at 1 by one: sglang/srt/models/deepseek_v2.py, set_eagle3_layers_to_capture)"
+                     f"{crash}; vLLM reads them as written: {PORTABLE_AUX}")  # fmt: skip
+    elif past:
+        found.append(f"{AUX_KEY} {ids}: each must be a distinct layer index in {allowed} ({why}): {PORTABLE_AUX}")
+    return found
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -76,7 +145,8 @@ def _sglang_problems(config: Mapping[str, Any], kind: str, version: str) -> list
 def engine_problems(
     config: Mapping[str, Any], kind: str, engine: tuple[str, str] | None, target: Mapping[str, Any] | None
 ) -> list[str]:
-    """What the pinned engine (name, version) cannot load, and aux layers the target cannot give."""
+    """What the pinned engine (name, version) cannot load, and aux layer ids it reads out of the target's
+    range or other than written (see aux_layer_readings)."""
     found = []
     name, version = engine or ("", "0")
     if kind == "mla-eagle3" and name == "vllm" and _version(version) < MLA_EAGLE3_VLLM:
@@ -85,16 +155,7 @@ def engine_problems(
                      "EAGLE-3 drafter, or a profile with a newer vLLM")  # fmt: skip
     if name == "sglang":
         found += _sglang_problems(config, kind, version)
-    ids = _aux_layer_ids(config)
-    if ids is not None:
-        layers = target.get("num_hidden_layers") if target else None
-        top = int(layers) - 1 if layers else None
-        bad = [i for i in ids if not isinstance(i, int) or i < 1 or (top is not None and i > top)]
-        if bad or len(set(ids)) != len(ids):
-            allowed = f"1 … {top}" if top is not None else ">= 1"
-            found.append(f"eagle_aux_hidden_state_layer_ids {ids}: each must be a distinct layer index in {allowed} "
-                         "(layer 0 has no residual yet: the target crashes with 'Tensor' + 'NoneType')")  # fmt: skip
-    return found
+    return found + _aux_problems(config, engine, target)
 
 
 def parse_manifest(text: str) -> dict[str, str]:

@@ -40,6 +40,8 @@ class Grammar:
     cpp_type: re.Pattern[str]
     cpp_message: re.Pattern[str]
     fatal_python_error: re.Pattern[str]
+    cuda_check: re.Pattern[str]
+    quoted_lines: re.Pattern[str]
     device_assert: re.Pattern[str]
     device_assert_reported: re.Pattern[str]
     hint_lines: tuple[re.Pattern[str], ...]
@@ -49,6 +51,7 @@ class Grammar:
     fatal_lines: tuple[re.Pattern[str], ...]
     stages: tuple[tuple[str, re.Pattern[str]], ...]
     shard_progress: re.Pattern[str]
+    peer_wait_frames: re.Pattern[str]
 
 
 @cache
@@ -68,6 +71,8 @@ def grammar() -> Grammar:
         cpp_type=re.compile(data["cpp_terminate"]["type"]),
         cpp_message=re.compile(data["cpp_terminate"]["message"]),
         fatal_python_error=re.compile(data["fatal_python_error"]),
+        cuda_check=re.compile(data["cuda_check"]),
+        quoted_lines=re.compile(data["quoted_lines"]),
         device_assert=re.compile(data["device_assert"]),
         device_assert_reported=re.compile(data["device_assert_reported"]),
         hint_lines=_compile_all(data["hint_lines"]),
@@ -77,6 +82,7 @@ def grammar() -> Grammar:
         fatal_lines=_compile_all(data["fatal_lines"]),
         stages=tuple((stage, re.compile(rx)) for stage, rxs in data["stages"].items() for rx in rxs),
         shard_progress=re.compile(data["shard_progress"]),
+        peer_wait_frames=re.compile(data["peer_wait_frames"]),
     )
 
 

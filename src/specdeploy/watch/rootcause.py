@@ -4,17 +4,20 @@ Python prints a chained cause before its consequence, and a child process's trac
 the log before the parent's generic wrapper, so the first exception that is neither noise, a
 known wrapper nor a consequence of another process's death is the origin. The shapes of the
 lines (prefixes, traceback headers anywhere in a line, frames without a prefix, exceptions with
-no header, C++ terminations, device asserts) come from `log_grammar.yaml`.
+no header, C++ terminations, device asserts, C/CUDA check lines, tracebacks a wrapper printed as a
+Python list) come from `log_grammar.yaml`.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import PurePosixPath
 
-from specdeploy.watch.loglines import MAIN, LogLine, grammar, noise_id
+from specdeploy.watch.loglines import MAIN, LogLine, grammar, noise_id, parse_line
 
 ENGINE_PATH_MARKERS = ("/vllm/", "/sglang/", "/sgl_kernel/")
 _PYDANTIC_KIND = {"Value error": "ValueError", "Assertion failed": "AssertionError", "Type error": "TypeError"}
@@ -42,7 +45,7 @@ class ExceptionRecord:
     type: str
     message: str
     frames: list[Frame]
-    origin: str = "traceback"  # traceback | headerless | c++ | fatal
+    origin: str = "traceback"  # traceback | headerless | c++ | fatal | cuda-check | quoted
     detail: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
 
@@ -164,15 +167,25 @@ class TracebackCollector:
         self._last[record.process] = record
         self._newest = record
 
-    def _feed(self, line: LogLine) -> None:
+    def _standalone(self, line: LogLine) -> bool:
+        """Lines read on their own, whatever traceback is open: a traceback header, a C/CUDA check
+        line (a worker's unprefixed printf can land between another rank's frames), a wrapper's list."""
         g, text = grammar(), line.text
-        header = g.traceback_header.search(text)
-        if header:
+        if g.traceback_header.search(text):
             owner = self._header_owner(line)
             self._open.pop(owner, None)  # re-insert: the newest open traceback is last
             self._open[owner] = _OpenTraceback()
             self._last.pop(owner, None)
+            return True
+        if check := g.cuda_check.search(text):
+            self._cuda_check(line.process, check)
+            return True
+        return self._quoted(self._owner(line), text)
+
+    def _feed(self, line: LogLine) -> None:
+        if self._standalone(line):
             return
+        g, text = grammar(), line.text
         owner = self._owner(line)
         if any(rx.match(text) for rx in g.chained):
             self._last.pop(owner, None)
@@ -201,6 +214,36 @@ class TracebackCollector:
             return
         self._last.pop(owner, None)
         self._structural(line, owner, text)
+
+    def _cuda_check(self, process: str, check: re.Match[str]) -> None:
+        where = Frame(check["where"], int(check["line"]), None)
+        self._record(ExceptionRecord(process, check["type"] or "Failed", check["msg"], [where], "cuda-check"))
+        self._last.pop(process, None)  # one line: what follows is not its message
+
+    def _quoted(self, owner: str, text: str) -> bool:
+        """A wrapper's list of strings holding a traceback or exception lines: what they say is
+        recorded first (the origin), then the wrapper's own exception, if the line is one."""
+        g = grammar()
+        if ("['" not in text and '["' not in text) or (owner in self._open and text[:1] in (" ", "\t")):
+            return False  # no list; or the source line Python echoes under a frame
+        inner = TracebackCollector()
+        for quoted in g.quoted_lines.finditer(text):
+            try:
+                items = ast.literal_eval(quoted[0])
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            for item in items:  # traceback.format_exception's items end with a newline; plain messages do not
+                for raw in str(item).splitlines():
+                    inner.feed(parse_line(raw))
+        if not inner.records:
+            return False
+        for record in inner.records:
+            self._record(replace(record, process=owner, origin="quoted"))
+        tb = self._open.get(owner)
+        if outer := (g.exception if tb else g.headerless_exception).match(text):
+            self._open.pop(owner, None)  # the wrapper's exception line ends its traceback
+            self._record(ExceptionRecord(owner, outer["type"], (outer["msg"] or "").strip(), tb.frames if tb else []))
+        return True
 
     def _continues(self, line: LogLine, record: ExceptionRecord) -> bool:
         """A multi-line message goes on in bare lines, or in indented or hint lines of the same

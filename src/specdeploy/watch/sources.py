@@ -16,7 +16,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from docker.errors import APIError
+try:
+    from docker.errors import APIError
+except ImportError:  # a bare GPU host watching a process has no Docker client (gpu_truth/on_device.py)
+
+    class APIError(Exception):  # type: ignore[no-redef]
+        """Never raised: without the Docker client there are no containers to watch."""
+
 
 SIGKILL_EXIT = 137
 

@@ -1,6 +1,6 @@
 """Start-up stages recognised in vLLM and SGLang logs, in the order they happen.
 
-The patterns are data (`stages` and `shard_progress` in log_grammar.yaml)."""
+The patterns are data (`stages`, `shard_progress` and `peer_wait_frames` in log_grammar.yaml)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ class Stage(IntEnum):
     IMPORT = 1
     CONFIG = 2
     DISTRIBUTED = 3
-    WEIGHTS = 4
-    COMPILE = 5
-    KV_CACHE = 6
-    CUDA_GRAPHS = 7
-    API_SERVER = 8
+    PEERS = 4  # within distributed init: a rank blocked until the others join
+    WEIGHTS = 5
+    COMPILE = 6
+    KV_CACHE = 7
+    CUDA_GRAPHS = 8
+    API_SERVER = 9
 
     @property
     def label(self) -> str:
@@ -31,6 +32,7 @@ _LABELS = {
     Stage.IMPORT: "importing engine",
     Stage.CONFIG: "resolving config",
     Stage.DISTRIBUTED: "initialising distributed (NCCL/gloo)",
+    Stage.PEERS: "waiting for peer ranks",
     Stage.WEIGHTS: "loading weights",
     Stage.COMPILE: "compiling (torch.compile / autotune)",
     Stage.KV_CACHE: "profiling KV cache",
@@ -55,3 +57,14 @@ def recognise(text: str) -> StageEvent | None:
         if pattern.search(text):
             return StageEvent(Stage[name])
     return None
+
+
+def advances(current: Stage, seen: Stage) -> bool:
+    """A start-up only moves forward, except out of a wait for peers: a later distributed-init line
+    means the peers came and the init goes on."""
+    return seen >= current or (current is Stage.PEERS and seen is Stage.DISTRIBUTED)
+
+
+def waits_for_peers(stacks: str) -> bool:
+    """A stack dump (py-spy) with a rank blocked in the rendezvous: by default torch logs nothing there."""
+    return grammar().peer_wait_frames.search(stacks) is not None

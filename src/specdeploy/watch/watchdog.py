@@ -23,7 +23,7 @@ from specdeploy.watch.readiness import NotReady, ReadinessProbe
 from specdeploy.watch.rootcause import RootCause, TracebackCollector
 from specdeploy.watch.sources import SIGKILL_EXIT, Liveness, Source
 from specdeploy.watch.stacks import summarise_stacks
-from specdeploy.watch.stages import Stage, recognise
+from specdeploy.watch.stages import Stage, advances, recognise, waits_for_peers
 from specdeploy.watch.startup import startup_table
 
 HEADLINE_MAX = 1000
@@ -129,7 +129,7 @@ class Watch:
             if self._is_news(line.text):
                 self._progress()
             event = recognise(line.text)
-            if event and event.stage >= self.stage:
+            if event and advances(self.stage, event.stage):
                 self._enter(event.stage)
                 if event.shards_total:
                     self.shards = (event.shards_done or 0, event.shards_total)
@@ -207,6 +207,8 @@ class Watch:
         (self.diag_dir).mkdir(parents=True, exist_ok=True)
         (self.diag_dir / "stacks.txt").write_text(stacks)
         summary = summarise_stacks(stacks)
+        if self.stage < Stage.PEERS and waits_for_peers(stacks):
+            self._enter(Stage.PEERS)  # the log went quiet where a rank waits in the rendezvous
         where = "; ".join(summary[:3]) or "no Python frames could be read"
         headline = f"no progress for {quiet_s:.0f}s at stage '{self.stage.label}' (process {state}); innermost: {where}"
         return self._verdict(Status.STALLED, headline, stack_summary=summary)

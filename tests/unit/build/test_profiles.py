@@ -122,7 +122,8 @@ def test_drafter_checked_against_the_engine_version_and_the_target_layers():
 
 def test_drafters_the_pinned_sglang_cannot_load_are_refused_with_the_fix():
     sglang = ("sglang", "0.5.23")
-    mla = {**MLA, "eagle_aux_hidden_state_layer_ids": [1, 2]}
+    # Ids under eagle_config (SGLang reads only those) that do not start at 1 (SGLang shifts those).
+    mla = {**MLA, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3]}}
     assert drafter.engine_problems(mla, "mla-eagle3", sglang, None) == []  # SGLang has the MLA drafter
     vllm_named = {"architectures": ["Eagle3LlamaForCausalLM"], "hidden_size": 64}
     (renamed,) = drafter.engine_problems(vllm_named, "llama-eagle3", sglang, None)

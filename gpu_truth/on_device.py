@@ -1,0 +1,351 @@
+"""The GPU truth steps, run on the lent GPU machine (no network, no Docker, its own python3 and
+torch), one step per device call while the machine stays warm:
+
+    python3 gpu_truth/on_device.py receive            # keep the payload parts this call carried
+    python3 gpu_truth/on_device.py install vllm       # rejoin, check, pip install --no-deps --target
+    python3 gpu_truth/on_device.py serve vllm [--set serving_KEY=VALUE ...] [--tag NAME]
+
+`serve` makes the tiny models there, renders the engine's command with the project's own
+`serve.config` from a GPU inventory (inventories/gpu-h200), starts it under `specdeploy watch`,
+runs the benchmark gate's client (vLLM's `vllm bench serve`, as the gate runs it), reads the
+acceptance figures (vLLM's /metrics through the client; SGLang's own /get_server_info), stops the
+engine, and leaves the log, the verdict and the figures in $OUT. Paths outside the checkout
+(/root/gpu-truth) live only while the machine stays up.
+
+Test-bed tooling: never shipped in the wheel or an engine image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE = Path(os.environ.get("GPU_TRUTH_STORE", "/root/gpu-truth"))
+CARRIED = ROOT / ".gpu-payload"
+OUT = Path(os.environ.get("OUT", "/tmp/gpu-truth-out"))
+PORT = 8000
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sums(folder: Path) -> dict[str, str]:
+    lines = (folder / "SHA256SUMS").read_text().splitlines()
+    return {name: digest for digest, _, name in (line.partition("  ") for line in lines if line)}
+
+
+# ---------------------------------------------------------------- receive, install
+
+
+def receive() -> None:
+    """Moves what this call carried into the store; says which parts each engine still lacks."""
+    for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
+        store = STORE / engine_dir.name
+        store.mkdir(parents=True, exist_ok=True)
+        for item in engine_dir.iterdir():
+            if item.is_file():
+                shutil.copy2(item, store / item.name)
+    for store in sorted(p for p in STORE.glob("*") if (p / "SHA256SUMS").is_file()):
+        want = {n: d for n, d in sums(store).items() if n.startswith("part-")}
+        bad = [n for n in want if (store / n).is_file() and sha256(store / n) != want[n]]
+        for name in bad:
+            (store / name).unlink()
+        have = sorted(n for n in want if (store / n).is_file())
+        missing = sorted(set(want) - set(have))
+        log(f"{store.name}: {len(have)}/{len(want)} parts" + (f"; missing {' '.join(missing)}" if missing else "")
+            + (f"; dropped (checksum) {' '.join(bad)}" if bad else ""))  # fmt: skip
+
+
+def site(engine: str) -> Path:
+    return STORE / f"site-{engine}"
+
+
+def install(engine: str, leave_out: list[str]) -> None:
+    store = STORE / engine
+    want = sums(store)
+    parts = sorted(n for n in want if n.startswith("part-"))
+    missing = [n for n in parts if not (store / n).is_file()]
+    if missing:
+        raise SystemExit(f"{engine}: parts missing: {' '.join(missing)} (carry them, then `receive`)")
+    started = time.monotonic()
+    tar_path = store / "payload.tar"
+    with tar_path.open("wb") as out:
+        for name in parts:
+            out.write((store / name).read_bytes())
+    if sha256(tar_path) != want["payload.tar"]:
+        raise SystemExit(f"{engine}: the rejoined payload's sha256 differs from SHA256SUMS")
+    wheels = store / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(store, filter="data")
+    tar_path.unlink()
+    chosen = [str(w) for w in sorted(wheels.glob("*.whl")) if not any(w.name.startswith(x) for x in leave_out)]
+    target = site(engine) if not leave_out else STORE / f"site-{engine}-without-{'-'.join(leave_out)}"
+    shutil.rmtree(target, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
+           "--disable-pip-version-check", "--target", str(target)]  # fmt: skip
+    subprocess.run([*pip, *chosen], check=True)
+    log(f"{engine}: {len(chosen)} wheels installed in {target} in {time.monotonic() - started:.1f} s")
+
+
+# ---------------------------------------------------------------- models, rendering
+
+
+def tiny_models(architecture: str, variant: str = "") -> Path:
+    """The test bed's tiny target and MLA EAGLE-3 drafter, made here with the machine's torch."""
+    out = STORE / "models" / f"{architecture}{variant}"
+    if (out / "drafter" / "SHA256SUMS").is_file():
+        return out
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "specdeploy_testbed.tiny_models", str(out), "--always-accept",
+                    "--architecture", architecture], check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+    log(f"tiny {architecture} target + drafter made in {time.monotonic() - started:.1f} s at {out}")
+    return out
+
+
+def inventory_vars(inventory: Path, overrides: list[str]) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 (the machine's PyYAML)
+
+    values = dict(yaml.safe_load((inventory / "group_vars" / "all.yml").read_text()))
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        values[key] = yaml.safe_load(raw) if raw else ""
+    return values
+
+
+def render(values: dict[str, Any]) -> Any:
+    """The project's own ServingConfig from the inventory's serving_* variables, as the role hands them."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
+
+    fields = {k.removeprefix("serving_"): v for k, v in values.items() if k.startswith("serving_")}
+    fields |= {"engine": values["specdeploy_engine"], "image": "none (the GPU machine's python3 and carried wheels)",
+               "page_cache_warmed": values.get("serving_warm_page_cache", False)}  # fmt: skip
+    config = ServingConfig.from_vars(fields)
+    problems = config.problems()
+    if problems:
+        raise SystemExit("the inventory's serving variables are refused:\n- " + "\n- ".join(problems))
+    return config
+
+
+def place(link: Path, target: Path) -> None:
+    """The rendered command names the container's paths (/models/target, the baked-in drafter);
+    here they are links to the tiny models."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target)
+
+
+def engine_argv(command: list[str]) -> list[str]:
+    """`vllm ...` as the image's console script would run it, from the carried site."""
+    if command[0] == "vllm":
+        return [sys.executable, "-m", "vllm.entrypoints.cli.main", *command[1:]]
+    if command[0] == "python3":
+        return [sys.executable, *command[1:]]
+    return command
+
+
+# ---------------------------------------------------------------- serve, measure, stop
+
+
+def get_json(url: str, timeout: float = 10) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+ENGINE_MARKERS = ("vllm.entrypoints", "sglang.launch_server", "sglang.srt")
+
+
+def engine_groups() -> set[int]:
+    """The process groups of engines this harness started (the watch starts each in a session of its own)."""
+    groups = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(m in cmd for m in ENGINE_MARKERS):
+                groups.add(os.getpgid(int(proc.name)))
+        except (OSError, ProcessLookupError):
+            continue
+    return groups - {os.getpgid(0)}
+
+
+def stop_engines() -> None:
+    """SIGTERM to each engine's group, SIGKILL after 30 s, then whatever still holds the GPU."""
+    for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
+        groups = engine_groups()
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, sig)
+        deadline = time.monotonic() + wait
+        while groups and engine_groups() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    used = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                          text=True, check=False).stdout.split()  # fmt: skip
+    for pid in used:
+        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def bench(config: Any, engine_sites: str, out: Path, *, prompts: int, concurrency: int, tokens: int) -> dict[str, Any]:
+    """The benchmark gate's client as the gate runs it (specdeploy.gate.client), here on the host."""
+    from specdeploy.gate import client  # noqa: PLC0415
+    from specdeploy.gate.figures import Figures  # noqa: PLC0415
+    from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
+
+    run = client.BenchRun(model_path=MODEL_MOUNT, served_model_name=config.served_model_name,
+                          base_url=f"http://127.0.0.1:{PORT}", num_prompts=prompts, concurrency=concurrency,
+                          max_tokens=tokens, timeout_s=300, trust_remote_code=config.trust_remote_code)  # fmt: skip
+    work = Path(client.WORKDIR)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / client.DATASET).write_bytes(client.sharegpt(client.prompts()))
+    argv = run.command()
+    argv[argv.index("vllm") : argv.index("vllm") + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+    env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    (out / "bench-client.log").write_text(done.stdout + done.stderr)
+    result = work / client.RESULT
+    if done.returncode or not result.is_file():
+        return {"error": f"client exit {done.returncode}: {(done.stdout + done.stderr)[-1500:]}"}
+    doc = json.loads(result.read_text())
+    shutil.copy(result, out / "bench-result.json")
+    figures = Figures.from_vllm_bench(doc, num_prompts=prompts, concurrency=concurrency, max_tokens=tokens)
+    return {"figures": figures.to_dict(), "summary": figures.summary(), "client": client.describe(run)}
+
+
+def serve(args: argparse.Namespace) -> int:
+    out = OUT / args.tag if args.tag else OUT
+    out.mkdir(parents=True, exist_ok=True)
+    values = inventory_vars(ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
+    models = tiny_models(args.architecture)
+    if args.drafter_ids:
+        variant = STORE / "models" / f"{args.architecture}-ids-{args.drafter_ids.replace(',', '-')}"
+        if not variant.is_dir():
+            shutil.copytree(models, variant, symlinks=True)
+            cfg = json.loads((variant / "drafter" / "config.json").read_text())
+            ids = [int(i) for i in args.drafter_ids.split(",")]
+            cfg["eagle_aux_hidden_state_layer_ids"] = ids
+            cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
+            (variant / "drafter" / "config.json").write_text(json.dumps(cfg, indent=2))
+        models = variant
+    config = render(values)
+    from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
+
+    place(Path(MODEL_MOUNT), models / "target")
+    place(Path(config.drafter_path), models / "drafter")
+    sites = ":".join(str(site(e)) if not e.startswith("/") else e for e in args.site or [args.engine])
+    env = {**config.environment(), "PYTHONPATH": sites, "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}",
+           "PYTHONUNBUFFERED": "1", **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
+    argv = engine_argv(config.command())
+    record = {"engine": args.engine, "rendered_command": config.command(), "ran": argv, "env": env,
+              "inventory": args.inventory, "overrides": args.set, "architecture": args.architecture,
+              "drafter_ids": args.drafter_ids or None}  # fmt: skip
+    (out / "command.json").write_text(json.dumps(record, indent=2))
+    log(f"rendered: {' '.join(config.command())}")
+    log_file = out / "engine.log"
+    watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(log_file),
+             "--url", f"http://127.0.0.1:{PORT}", "--json", str(out / "verdict.json"), "--no-progress",
+             "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout),
+             "--diagnostics", str(out / "diagnostics"),
+             *(["--speculative"] if args.engine == "vllm" and config.speculative_method == "eagle3" else []),
+             "--", "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]  # fmt: skip
+    started = time.monotonic()
+    # py-spy (carried in the vLLM payload) on the watch's PATH: a STALLED verdict dumps the stacks.
+    watch_env = {**os.environ, "PATH": f"{site('vllm')}/bin:{os.environ['PATH']}"}
+    watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
+    verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
+    log(f"watch exit {watched.returncode}: {verdict_line}")
+    result: dict[str, Any] = {"verdict": verdict_line, "watch_exit": watched.returncode,
+                              "watch_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    try:
+        if watched.returncode == 0 and not args.no_bench:
+            # The client is vLLM's own: its site alone (SGLang's pins, openai among them, would shadow it).
+            result["bench"] = bench(config, str(site("vllm")), out, prompts=args.prompts, concurrency=args.concurrency,
+                                    tokens=args.tokens)  # fmt: skip
+            log(f"bench: {result['bench'].get('summary') or result['bench'].get('error')}")
+            if args.engine == "sglang":
+                try:
+                    info = get_json(f"http://127.0.0.1:{PORT}/get_server_info")
+                    states = info.get("internal_states") or [{}]
+                    result["sglang_avg_spec_accept_length"] = states[0].get("avg_spec_accept_length")
+                    (out / "sglang-server-info.json").write_text(json.dumps(info, indent=2, default=str))
+                except Exception as exc:
+                    result["sglang_server_info_error"] = repr(exc)
+                log(f"SGLang avg_spec_accept_length: {result.get('sglang_avg_spec_accept_length')}")
+    finally:
+        stop_engines()
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    print(watched.stdout[-4000:])
+    return watched.returncode
+
+
+def watch(rest: list[str]) -> int:
+    """`specdeploy watch` without the CLI's other commands (their imports: Docker, SSH, Ansible)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from specdeploy.watch import cli as watch_cli  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="specdeploy watch")
+    watch_cli.add_arguments(parser)
+    return int(watch_cli.run(parser.parse_args(rest)))
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "watch":
+        return watch(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("receive")
+    ins = sub.add_parser("install")
+    ins.add_argument("engine")
+    ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
+    srv = sub.add_parser("serve")
+    srv.add_argument("engine", choices=("vllm", "sglang"))
+    srv.add_argument("--inventory", default="inventories/gpu-h200")
+    srv.add_argument("--set", action="append", default=[], help="serving_KEY=VALUE (YAML) over the inventory")
+    srv.add_argument("--env", action="append", default=[], help="KEY=VALUE for the engine, beyond the rendering")
+    srv.add_argument("--site", action="append", help="engine site folders (default: the engine's)")
+    srv.add_argument("--architecture", default="kimi_k25", choices=("kimi_k25", "deepseek_v3"))
+    srv.add_argument("--drafter-ids", default="", help="aux layer ids for a drafter variant, e.g. 3,4,5")
+    srv.add_argument("--tag", default="", help="subfolder of $OUT")
+    srv.add_argument("--stall-timeout", type=float, default=240)
+    srv.add_argument("--timeout", type=float, default=480)
+    srv.add_argument("--no-bench", action="store_true")
+    srv.add_argument("--prompts", type=int, default=32)
+    srv.add_argument("--concurrency", type=int, default=4)
+    srv.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+    if args.step == "receive":
+        receive()
+        return 0
+    if args.step == "install":
+        install(args.engine, args.leave_out)
+        return 0
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
