@@ -72,6 +72,7 @@ def render(
         engine_python=prof.engine_python,
         engine_distribution=prof.distribution,
         engine_version=prof.version,
+        runtime_imports=list(prof.runtime_imports),
         engine=prof.engine,
         cpu_shim=prof.cpu_shim,
         tool_requirements=TOOL_REQUIREMENTS,

@@ -42,6 +42,9 @@ class Profile:
     # pip installs from the package index in the final stage, one RUN (one layer) per group.
     index_requirements: tuple[tuple[str, ...], ...] = ()
     base_made_here: bool = False  # the base is made on the controller (debootstrap) and shipped
+    # Modules the engine imports at run time on its device that the build proves importable, so a
+    # missing one fails the build, not the first request (tests/data/real_logs: the H200 runs).
+    runtime_imports: tuple[str, ...] = ()
 
     @property
     def shipped_base(self) -> str:
@@ -85,6 +88,9 @@ PROFILES = {
             engine_python="python3",
             python_version="3.12",
             system_packages=("python3-venv", "procps"),
+            # vLLM's top-k/top-p sampler imports FlashInfer unconditionally on CUDA: without it the
+            # engine dies at start-up (ModuleNotFoundError: flashinfer; seen with vLLM 0.26 on the H200).
+            runtime_imports=("flashinfer",),
         ),
         Profile(
             "sglang-cuda",

@@ -131,3 +131,14 @@ def test_drafters_the_pinned_sglang_cannot_load_are_refused_with_the_fix():
     (speculators,) = drafter.engine_problems({"speculators_model_type": "eagle3"}, "speculators", sglang, None)
     assert "speculators format" in speculators and "cannot read" in speculators
     assert drafter.engine_problems(vllm_named, "llama-eagle3", ("vllm", "0.33.0"), None) == []
+
+
+def test_the_cuda_image_proves_what_vllm_imports_at_run_time_on_the_gpu():
+    """vLLM's sampler imports FlashInfer unconditionally on CUDA (the H200 run died without it):
+    the vllm-cuda build imports it, so a missing one fails the build; the CPU image has no such need."""
+    digest = "sha256:" + "0" * 64
+    cuda = dockerfile.render(profiles.profile("vllm-cuda"), patch_digest=STAND_IN, drafter_digest=STAND_IN,
+                             base_digest=digest)  # fmt: skip
+    assert " && python3 -c 'import flashinfer'" in cuda
+    cpu = dockerfile.render(profiles.profile("vllm-cpu"), patch_digest=STAND_IN, drafter_digest=STAND_IN)
+    assert "import flashinfer" not in cpu
