@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet deploy verify endpoint status logs rollback report clean
+.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -97,6 +97,9 @@ bench: setup ## Benchmarks (not tests): patches, watch, deploy, image, prewarm; 
 	$(BIN)/python bench/bench_image.py
 	$(BIN)/python bench/bench_prewarm.py
 	$(BIN)/python bench/bench_fleet.py
+
+gpu-truth: setup ## The engine payload for the lent GPU machine (ENGINE=vllm|sglang) and its device calls (docs/gpu-truth.md)
+	$(BIN)/python gpu_truth/payload.py $(or $(ENGINE),vllm)
 
 bench-prewarm: setup ## The prewarm's GB/s against dd on a synthetic 2 GiB checkpoint on testbed-1, and its residency
 	$(BIN)/python bench/bench_prewarm.py

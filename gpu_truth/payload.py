@@ -411,6 +411,23 @@ def build(engine: str, machine_file: Path, torch_version: str | None) -> Path:
     return out
 
 
+def plan(engine: str, out: Path) -> list[str]:
+    """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
+    it everything outside the checkout): one part per call, then install and serve."""
+    parts = sorted(p.name for p in out.glob("part-*"))
+    rel = out.relative_to(ROOT)
+    calls = []
+    for n, part in enumerate(parts):
+        carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json"] if n == 0 else [])]
+        command = "python3 gpu_truth/on_device.py receive"
+        if n == len(parts) - 1:
+            architecture = " --architecture deepseek_v3" if engine == "sglang" else ""
+            step = "python3 gpu_truth/on_device.py"
+            command += f" && {step} install {engine} && {step} serve {engine}{architecture}"
+        calls.append(f"run carry={json.dumps(carry)} command={command!r}")
+    return calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine", choices=sorted(RECIPES))
@@ -418,7 +435,9 @@ def main() -> None:
                         help="the GPU machine's pip freeze (on_device.py probe writes it)")  # fmt: skip
     parser.add_argument("--torch", help="the machine's torch (default: from --machine)")
     args = parser.parse_args()
-    build(args.engine, args.machine, args.torch)
+    out = build(args.engine, args.machine, args.torch)
+    print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
+    print("\n".join(plan(args.engine, out)))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ with this file copied next to it (testbed/roles/setup_tiny_models).
 from __future__ import annotations
 
 import copy
+import hashlib
+from pathlib import Path
 from typing import Any
 
 VOCAB = 2048
@@ -207,3 +209,12 @@ def drafter_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         "embed_tokens.weight": (cfg["vocab_size"], h),
         "lm_head.weight": (cfg["draft_vocab_size"], h),
     }
+
+
+def maker_digest() -> str:
+    """The tiny models' maker (this file and tiny_models.py): folders made by another are remade."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in ("tiny_configs.py", "tiny_models.py"):
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specdeploy import pins
 from specdeploy.paths import project_root, state_dir
+from specdeploy_testbed import tiny_configs
 from tests.support import vllm_cpu_venv
 
 PY_SPY = f"py-spy=={pins.PY_SPY}"
@@ -52,8 +53,9 @@ def restore_pristine_engine() -> None:
 
 
 def ensure_tiny_models() -> Path:
-    out = state_dir() / "models" / "always-accept"
-    if not (out / "drafter" / "config.json").is_file():
+    # Keyed by the maker: models of an older maker (other head sizes, layers) are not reused.
+    out = state_dir() / "models" / f"always-accept-{tiny_configs.maker_digest()[:12]}"
+    if not (out / "drafter" / "SHA256SUMS").is_file():
         env = {**os.environ, "PYTHONPATH": str(project_root() / "testbed")}
         _run(engine_python(), "-m", "specdeploy_testbed.tiny_models", out, "--always-accept", env=env)
     return out

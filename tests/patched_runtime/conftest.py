@@ -3,7 +3,6 @@ to pristine), and the tiny DeepSeek-V3 target made by the test bed's own maker."
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from specdeploy.paths import project_root, state_dir
+from specdeploy_testbed import tiny_configs
 from tests.support import vllm_cpu_venv
 
 from . import engine
@@ -33,8 +33,7 @@ def engine_venv() -> Path:
 def tiny_target(engine_venv: Path) -> Path:
     """Random weights (no --always-accept), so the hidden states are not trivial; remade when the
     maker changes. Only OUT/target, a DeepSeek-V3 HF folder, is relied on."""
-    maker = project_root() / "testbed" / "specdeploy_testbed" / "tiny_models.py"
-    digest = hashlib.sha256(maker.read_bytes()).hexdigest()
+    digest = tiny_configs.maker_digest()
     out = state_dir() / "models" / "patched-runtime"
     stamp = out / ".maker-sha256"
     if not (stamp.is_file() and stamp.read_text() == digest):

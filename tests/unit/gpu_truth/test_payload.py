@@ -114,3 +114,15 @@ def test_the_served_runs_reached_ready_with_acceptance() -> None:
     assert vllm["verdict"].startswith("READY") and vllm["bench"]["figures"]["acceptance_rate"] > 0
     sglang = json.loads((RUNS / "sglang-ds3-default" / "result.json").read_text())
     assert sglang["verdict"].startswith("READY") and sglang["sglang_avg_spec_accept_length"] > 1
+
+
+def test_the_device_plan_carries_one_part_a_call_and_serves_after_the_last(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(payload, "ROOT", tmp_path)
+    out = tmp_path / ".gpu-payload" / "sglang"
+    out.mkdir(parents=True)
+    for n in range(3):
+        (out / f"part-{n:02d}").write_bytes(b"x")
+    calls = payload.plan("sglang", out)
+    assert len(calls) == 3
+    assert '"SHA256SUMS"' not in calls[1] and ".gpu-payload/sglang/SHA256SUMS" in calls[0]
+    assert "serve sglang --architecture deepseek_v3" in calls[-1] and "serve" not in calls[0]
