@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def test_the_configs_need_no_torch():
                 for alias in node.names}  # fmt: skip
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
-    assert imported <= {"__future__", "copy", "typing"}, imported
+    assert imported <= {"__future__", "copy", "hashlib", "pathlib", "typing"}, imported
+    assert imported <= sys.stdlib_module_names | {"__future__"}, imported
 
 
 def test_the_target_has_the_real_deepseek_v3_mla_head_sizes():
