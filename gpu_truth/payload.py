@@ -75,6 +75,8 @@ RECIPES = {
         optional={  # read in vllm 0.26.0's own source
             "nvidia-cutlass-dsl": "CuTe DSL kernels: every use is behind vllm/utils/import_utils.py has_cutedsl()",
             "tilelang": "vllm/utils/import_utils.py has_tilelang(): 'the optional tilelang package'",
+            # its cu13 extra would carry nvcc 13.5 and NVVM: a second CUDA toolchain beside the machine's
+            "humming-kernels": "mixed-precision (INT4) kernels: has_humming(), 'the optional humming package'",
             "tokenspeed-mla": "an MLA backend: vllm/v1/attention/backends/mla/tokenspeed_mla.py try-imports it "
             "and reports the backend unavailable ('not installed'); another MLA backend is chosen",
             "opentelemetry-sdk": "tracing: vllm/tracing/otel.py imports OpenTelemetry in try/except",
