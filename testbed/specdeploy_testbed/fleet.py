@@ -17,8 +17,7 @@ from pathlib import Path
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from specdeploy.targets import Target, forward_port
-
-from . import testbed
+from specdeploy_testbed import layout
 
 ROUTER_HOST_INDEX = 0  # testbed-1 runs the router (and an engine)
 DRAIN_TIMEOUT_S = 30
@@ -82,16 +81,16 @@ def fleet_lines(hosts: list[tuple[str, str]], root: Path) -> str:
 
 
 def api_key() -> str:
-    return api_key_file(testbed.paths().root).read_text().strip()
+    return api_key_file(layout.paths().root).read_text().strip()
 
 
 def host_target(index: int) -> Target:
     """Test host INDEX (0-based) over SSH, as the deploy reaches it."""
-    return Target("127.0.0.1", testbed.SSH_USER, testbed.port_base() + index)
+    return Target("127.0.0.1", layout.SSH_USER, layout.port_base() + index)
 
 
 @contextmanager
 def router(port: int = ROUTER_PORT) -> Iterator[str]:
     """The router's port on its host, forwarded over SSH to loopback here: its base URL."""
-    with forward_port(host_target(ROUTER_HOST_INDEX), testbed.paths().ssh(), port) as local:
+    with forward_port(host_target(ROUTER_HOST_INDEX), layout.paths().ssh(), port) as local:
         yield f"http://127.0.0.1:{local}"

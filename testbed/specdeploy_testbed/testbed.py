@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import socket
 import subprocess
 import time
@@ -25,57 +24,17 @@ from specdeploy.build.base_image import ensure_base_image, step
 from specdeploy.build.profiles import BASE_IMAGE
 from specdeploy.controller_packages import ensure_command
 from specdeploy.errors import SpecdeployError
-from specdeploy.paths import project_root, state_dir
-from specdeploy.targets import SshSettings, Target, probe
+from specdeploy.paths import state_dir
+from specdeploy.targets import Target, probe
 from specdeploy_testbed import fleet as testbed_fleet
+from specdeploy_testbed.layout import SSH_USER, TestbedPaths, container_name, host_name, paths, port_base
 
 TESTBED_DIR = Path(__file__).resolve().parent.parent  # testbed/ in the checkout
 HOST_IMAGE_REPO = "specdeploy/testbed-host"
 LABEL = "io.specdeploy.testbed"
-SSH_USER = "deploy"
-DEFAULT_PORT_BASE = 2221
 BOOT_TIMEOUT_S = 90
 
 console = Console(stderr=True, highlight=False)
-
-
-@dataclass(frozen=True)
-class TestbedPaths:
-    root: Path
-
-    @property
-    def key(self) -> Path:
-        return self.root / "id_ed25519"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.root / "known_hosts"
-
-    @property
-    def inventory(self) -> Path:
-        return project_root() / "inventories" / "local" / "hosts.yml"
-
-    def ssh(self) -> SshSettings:
-        return SshSettings(known_hosts=(self.known_hosts,), identity_file=self.key)
-
-
-def paths() -> TestbedPaths:
-    return TestbedPaths(state_dir() / "testbed")
-
-
-def host_name(index: int) -> str:
-    return f"testbed-{index}"
-
-
-def container_name(name: str) -> str:
-    return f"specdeploy-{name}"
-
-
-def port_base() -> int:
-    raw = os.environ.get("SPECDEPLOY_TESTBED_PORT_BASE", str(DEFAULT_PORT_BASE))
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65000:
-        raise SpecdeployError(f"SPECDEPLOY_TESTBED_PORT_BASE={raw!r} must be a port in 1024-65000")
-    return int(raw)
 
 
 # ---------------------------------------------------------------------------- images

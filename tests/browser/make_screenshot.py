@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specdeploy.report.html import page_name, write_report
+from specdeploy.report.pages import page_name, write_report
 
 EXAMPLE_HOST = "example-host"
 WINDOW = (1280, 1600)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.report import html as report
+from specdeploy.report.pages import page_name, write_report
+from specdeploy.report.plots import NO_BENCHMARK
 from tests.browser.make_screenshot import (
     EXAMPLE_HOST,
     EXAMPLE_ROLLOUTS,
@@ -19,7 +20,7 @@ from tests.browser.make_screenshot import (
     screenshot,
     write_example_runs,
 )
-from tests.unit.report.test_html import parse_page
+from tests.unit.report.helpers import parse_page
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed: apt-get install -y chromium")
 
@@ -37,12 +38,12 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     host = root / "runs" / "no-bench-host"
     (host / "20261201T090000-1").mkdir(parents=True)
     (host / "20261201T090000-1" / "verdict.json").write_text('{"status": "FAILED", "elapsed_s": 3.0, "stages": []}')
-    report.write_report(root / "runs", root / "out")
+    write_report(root / "runs", root / "out")
     return root / "out"
 
 
 def test_the_rendered_page_has_every_rollout_and_the_three_plots(pages: Path) -> None:
-    dom = dump_dom(pages / report.page_name(EXAMPLE_HOST))
+    dom = dump_dom(pages / page_name(EXAMPLE_HOST))
     assert "<script" not in dom.lower()
     page = parse_page(dom)
     assert page.one("head").one("title").text() == f"specdeploy rollouts: {EXAMPLE_HOST}"
@@ -71,9 +72,9 @@ def test_the_rendered_page_has_every_rollout_and_the_three_plots(pages: Path) ->
 
 
 def test_a_host_without_benchmarks_shows_the_text_not_empty_plots(pages: Path) -> None:
-    page = parse_page(dump_dom(pages / report.page_name("no-bench-host")))
+    page = parse_page(dump_dom(pages / page_name("no-bench-host")))
     assert page.all("svg", cls="plot") == []
-    assert [p.text() for p in page.all("p", cls="empty")] == [report.NO_BENCHMARK] * 3
+    assert [p.text() for p in page.all("p", cls="empty")] == [NO_BENCHMARK] * 3
     assert [r.attrs["id"] for r in page.all("tr", cls="rollout")] == ["run-20261201T090000-1"]
 
 
@@ -84,7 +85,7 @@ def test_the_index_links_every_host(pages: Path) -> None:
 
 
 def test_the_screenshot_shows_the_plots(pages: Path, tmp_path: Path) -> None:
-    png = screenshot(pages / report.page_name(EXAMPLE_HOST), tmp_path / "report.png")
+    png = screenshot(pages / page_name(EXAMPLE_HOST), tmp_path / "report.png")
     assert png.stat().st_size > 20_000
     width, height, colours = png_colours(png)
     assert (width, height) == WINDOW

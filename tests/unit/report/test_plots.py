@@ -1,0 +1,83 @@
+"""The plots: a point per benchmarked rollout, acceptance bars, a text where nothing was measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdeploy.report import plots
+from tests.unit.report.helpers import BENCHMARKED, HOST, RUN_IDS, bench, page_of, verdict, write_run
+
+
+def test_plots_have_one_point_per_benchmarked_rollout_with_its_value(runs: Path) -> None:
+    page = page_of(runs)
+    throughput = page.one("svg", id="plot-throughput")
+    assert throughput.one("title", id="plot-throughput-title").text() == "Output tokens/s over rollouts"
+    points = throughput.all("circle", cls="point")
+    assert [p.tooltip() for p in points] == [
+        "20261201T090000-101: output 400.5 tokens/s",
+        "20261201T110000-303: output 250.2 tokens/s (gate refused)",
+        "20261201T120000-404: output 410.7 tokens/s",
+    ]
+    heights = [float(p.attrs["cy"]) for p in points]
+    assert heights[1] > heights[0] > heights[2]  # SVG y grows downwards: the lowest value sits lowest
+    assert "refused" in points[1].classes and "refused" not in points[0].classes
+    ticks = [t.text() for t in throughput.all("text", cls="y-tick")]
+    assert ticks == ["0", "100", "200", "300", "400", "500"]
+
+    latency = page.one("svg", id="plot-latency")
+    expected = {("ttft-p50", "TTFT p50"): ["41.0", "40.1", "38.0"],
+                ("ttft-p99", "TTFT p99"): ["91.0", "90.2", "80.0"],
+                ("itl-p50", "ITL p50"): ["11.0", "10.0", "10.0"],
+                ("itl-p99", "ITL p99"): ["31.0", "30.0", "30.0"]}  # fmt: skip
+    for (series, label), values in expected.items():
+        tips = [p.tooltip() for p in latency.one("g", cls=f"series {series}").all("circle")]
+        assert tips == [f"{run}: {label} {v} ms" + (" (gate refused)" if run == RUN_IDS[2] else "")
+                        for run, v in zip(BENCHMARKED, values, strict=True)]  # fmt: skip
+    assert [t.text() for t in latency.all("text", cls="x-tick")] == ["12-01 09:00", "12-01 11:00", "12-01 12:00"]
+
+
+def test_acceptance_bars_are_the_newest_benchmark_beside_the_previous_version(runs: Path) -> None:
+    plot = page_of(runs).one("svg", id="plot-acceptance")
+    newest = [b.tooltip() for b in plot.all("rect", cls="newest")]
+    previous = [b.tooltip() for b in plot.all("rect", cls="previous")]
+    assert newest == [f"position {i}: {v}% (20261201T120000-404)" for i, v in ((1, "90.0"), (2, "70.0"), (3, "50.0"))]
+    assert previous == [f"position {i}: {v}% (previous promoted version)" for i, v in ((1, "90.0"), (2, "70.0"),
+                                                                                       (3, "50.0"))]  # fmt: skip
+    assert [t.text() for t in plot.all("text", cls="x-tick")] == ["1", "2", "3"]
+    assert plot.one("title", id="plot-acceptance-title").text().endswith("20261201T120000-404")
+
+
+def test_without_a_previous_version_only_the_newest_bars(tmp_path: Path) -> None:
+    write_run(tmp_path / HOST, "20261201T090000-1", verdict(), bench(100.0, positions=(0.8, 0.4)))
+    plot = page_of(tmp_path).one("svg", id="plot-acceptance")
+    assert len(plot.all("rect", cls="newest")) == 2 and plot.all("rect", cls="previous") == []
+
+
+def test_no_speculative_decoding_has_no_acceptance_bars(tmp_path: Path) -> None:
+    write_run(tmp_path / HOST, "20261201T090000-1", verdict(), bench(100.0, rate=None, length=None, positions=()))
+    page = page_of(tmp_path)
+    assert "no per-position acceptance" in page.one(id="plot-acceptance").text()
+    assert len(page.one("svg", id="plot-throughput").all("circle")) == 1
+    row = page.one("tr", cls="rollout")
+    assert row.one("td", cls="acc-rate").text() == "—" and row.one("td", cls="acc-length").text() == "—"
+
+
+@pytest.mark.parametrize("with_rollouts", [True, False])
+def test_a_host_without_benchmarks_says_so_instead_of_empty_plots(tmp_path: Path, with_rollouts: bool) -> None:
+    (tmp_path / HOST).mkdir()
+    if with_rollouts:
+        write_run(tmp_path / HOST, "20261201T090000-1", verdict())
+        write_run(tmp_path / HOST, "20261201T100000-2", verdict("STALLED"))
+    page = page_of(tmp_path)
+    assert page.all("svg", cls="plot") == []
+    for plot in ("plot-acceptance", "plot-throughput", "plot-latency"):
+        assert page.one("p", id=plot).text() == plots.NO_BENCHMARK
+    assert len(page.all("tr", cls="rollout")) == (2 if with_rollouts else 0)
+
+
+def test_nice_ticks_end_on_a_round_value_above_the_top() -> None:
+    assert plots.nice_ticks(447.9) == [0, 100, 200, 300, 400, 500]
+    assert plots.nice_ticks(142.6) == [0, 50, 100, 150]
+    assert plots.nice_ticks(0.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
