@@ -52,6 +52,7 @@ lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ruff check src tests ansible bench testbed gpu_truth
 	$(BIN)/ruff format --check src tests ansible bench testbed gpu_truth
 	$(BIN)/mypy
+	$(BIN)/python tests/support/check_docs.py
 
 test-unit: setup ## Unit tests (no test bed)
 	@$(PYTEST) tests/unit

@@ -13,7 +13,7 @@ from typing import Any
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <relative path>" per line
 LLAMA_EAGLE3 = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 MLA_EAGLE3 = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-# vLLM loads MLA EAGLE-3 drafters from 0.18 (../shared/ENGINE_FACTS.md); before, Llama-style only.
+# vLLM loads MLA EAGLE-3 drafters from 0.18 (docs/engine-facts.md); before, Llama-style only.
 MLA_EAGLE3_VLLM = (0, 18)
 # The EAGLE-3 drafter classes the pinned SGLang registers (EntryClass of sglang/srt/models/*eagle3*.py
 # in 0.5.23; tests/integration/test_patch_releases.py reads them from the real release). SGLang has no

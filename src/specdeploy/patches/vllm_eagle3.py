@@ -1,6 +1,6 @@
 """EAGLE-3 for DeepSeek-V3 / Kimi-K2.5 targets on vLLM 0.16.x and 0.17.x.
 
-Those releases refuse the pairing in three places (../shared/ENGINE_FACTS.md): the target whitelist
+Those releases refuse the pairing in three places (docs/engine-facts.md): the target whitelist
 in SpeculativeConfig, the missing SupportsEagle3 interface (and aux hidden-state capture) on
 DeepseekV2ForCausalLM, and a Kimi-K2.5 wrapper that does not delegate. On the drafter side, the
 proposer's load_model gives a multimodal target's image token to the drafter through an if-chain
