@@ -19,7 +19,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
+.PHONY: help setup testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -52,7 +52,11 @@ lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ruff check src tests ansible bench testbed gpu_truth
 	$(BIN)/ruff format --check src tests ansible bench testbed gpu_truth
 	$(BIN)/mypy
+	$(BIN)/python -m specdeploy.serve.generate --check
 	$(BIN)/python tests/support/check_docs.py
+
+generate: setup ## Write roles/serving's defaults and argument specs from the declaration (specdeploy.serve.schema)
+	$(BIN)/python -m specdeploy.serve.generate
 
 test-unit: setup ## Unit tests (no test bed)
 	@$(PYTEST) tests/unit

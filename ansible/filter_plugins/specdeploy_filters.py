@@ -21,6 +21,7 @@ from specdeploy.gpu.facts import (
 )
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
+from specdeploy.serve import schema as serving_schema
 from specdeploy.serve import variables as serving_variables
 from specdeploy.serve.config import ServingConfig
 
@@ -40,6 +41,16 @@ def serving_variable_problems(values: dict[str, Any]) -> list[str]:
 def serving_checked_names(names: list[str]) -> list[str]:
     """The variables among NAMES that serving_variable_problems checks (never the API key)."""
     return [n for n in names if n in serving_variables.RULES]
+
+
+def serving_config_names(names: list[str]) -> list[str]:
+    """The variables among NAMES that make the engine's variable set, by specdeploy.serve.schema."""
+    return serving_schema.config_variables(names)
+
+
+def serving_config(values: dict[str, Any]) -> dict[str, Any]:
+    """The engine's variable set (ServingConfig's field names) from the role's serving_* values."""
+    return serving_schema.collect(values)
 
 
 def serving_command(config: dict[str, Any]) -> str:
@@ -153,6 +164,8 @@ class FilterModule:
             "specdeploy_serving_variable_problems": serving_variable_problems,
             "specdeploy_serving_checked_names": serving_checked_names,
             "specdeploy_serving_command": serving_command,
+            "specdeploy_serving_config_names": serving_config_names,
+            "specdeploy_serving_config": serving_config,
             "specdeploy_host_problems": hostchecks.host_problems,
             "specdeploy_gpu_commands": gpu_commands,
             "specdeploy_gpu_facts": gpu_facts,

@@ -85,5 +85,12 @@ def test_the_operator_override():
     assert p2p.override(measured, "auto") is measured
     assert p2p.override(measured, "on").env == {} and "override of: p2p-broken" in p2p.override(measured, "on").reason
     assert p2p.override(p2p.judge(host([pair(0, 1), pair(1, 0)])), "off").env == {"NCCL_P2P_DISABLE": "1"}
+    # The role's serving_p2p over the settings it holds (a verdict's serving() shape): named as the verdict was.
+    settings = measured.serving()
+    assert p2p.override_settings(settings, "auto") is settings
+    on = p2p.override_settings(settings, "on")
+    assert on["reason"] == "p2p-ok: serving_p2p: on (the operator's override of: p2p-broken)" and on["env"] == {}
+    assert p2p.override_settings({}, "off")["env"] == {"NCCL_P2P_DISABLE": "1"}
+    assert (p2p.mode(False), p2p.mode(True), p2p.mode("auto")) == ("off", "on", "auto")  # YAML's unquoted off/on
     with pytest.raises(ValueError, match="auto, on, off"):
         p2p.override(measured, "maybe")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROBE_TIMEOUT_S = 60.0
+MODES = ("auto", "on", "off")  # serving_p2p
 SLOWER_THAN_STAGED = 1.0  # the peer path must at least match a copy staged through pinned host memory
 FIX = ("boot with iommu=pt (or the IOMMU off), and turn ACS off on the GPUs' PCIe bridges: in the BIOS, or "
        "with the kernel parameter pci=noacs, or at run time with `setpci -s <bridge> ECAP_ACS+6.w=0000` for "
@@ -111,6 +112,11 @@ def judge(result: dict[str, Any] | None, *, timed_out: bool = False, error: str 
                       {"VLLM_SKIP_P2P_CHECK": "1"})  # fmt: skip
 
 
+def mode(value: object) -> object:
+    """`serving_p2p: off` unquoted is YAML's false: read the booleans back as the words they were."""
+    return {True: "on", False: "off"}[value] if isinstance(value, bool) else value
+
+
 def override(verdict: P2PVerdict, mode: str) -> P2PVerdict:
     """`serving_p2p`: auto takes the verdict; on and off are the operator's word, said as such."""
     if mode == "auto":
@@ -121,7 +127,25 @@ def override(verdict: P2PVerdict, mode: str) -> P2PVerdict:
                           off.sglang_args)  # fmt: skip
     if mode == "on":
         return P2PVerdict("p2p-ok", f"serving_p2p: on (the operator's override of: {verdict.value})", verdict.facts)
-    raise ValueError(f"serving_p2p: {mode!r} is not one of auto, on, off")
+    raise ValueError(f"serving_p2p: {mode!r} is not one of {', '.join(MODES)}")
+
+
+def override_settings(settings: dict[str, Any], mode: str) -> dict[str, Any]:
+    """`serving_p2p` over the engine settings the role holds as serving_nccl (P2PVerdict.serving()'s
+    shape, today preflight's gpu.checks advice; {}: no GPUs read). auto leaves them as they are, so
+    the configuration digest of every engine deployed before serving_p2p existed is unchanged."""
+    if mode == "auto":
+        return settings
+    reason = str(settings.get("reason") or "no GPU facts")
+    named = reason.split(":", 1)[0]
+    env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    vllm_args = [str(a) for a in settings.get("vllm_args") or []]
+    sglang_args = [str(a) for a in settings.get("sglang_args") or []]
+    if named in ("p2p-ok", "p2p-broken", "no-p2p"):
+        value = named
+    else:  # gpu.checks' advice names no verdict: its flags say which one it amounts to
+        value = "p2p-broken" if env.get("NCCL_P2P_DISABLE") == "1" else "no-p2p" if vllm_args else "p2p-ok"
+    return override(P2PVerdict(value, reason, [], env, vllm_args, sglang_args), mode).serving()
 
 
 def run_probe(argv: list[str], timeout_s: float = PROBE_TIMEOUT_S) -> P2PVerdict:

@@ -13,117 +13,94 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specdeploy.build.profiles import DRAFTER_DIR
-from specdeploy.serve import loaders
+from specdeploy.serve import loaders, variables
+from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
+from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
 
-ENGINES = ("vllm", "sglang")
-GPU_ACCESS = ("cdi", "device_requests", "none")
-SPECULATIVE_METHODS = ("eagle3", "none")
-IPC_MODES = ("host", "private", "shareable")
 MODEL_MOUNT = "/models/target"
 CONTAINER = "specdeploy-engine"
 CONFIG_LABEL = "io.specdeploy.serve-config"
-# Fields added after deployments existed: left out of the digest while at their default, so that
-# upgrading specdeploy alone restarts no engine (a 25-minute load each on the user's model).
-DIGEST_SKIPS_AT_DEFAULT: dict[str, Any] = {"load_format": ""}
 
 
+# Each field is a knob of specdeploy.serve.schema (its doc, rule and role default are there; the
+# defaults below are taken from it, so the role and a config built here cannot disagree).
 @dataclass(frozen=True)
 class ServingConfig:
     engine: str
     image: str
     model_path: str  # on the host; mounted read-only at MODEL_MOUNT
     served_model_name: str
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    max_model_len: int | None = None
-    speculative_method: str = "eagle3"
-    num_speculative_tokens: int = 3
-    drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in
-    extra_args: tuple[str, ...] = ()
+    tensor_parallel_size: int = DEFAULT["tensor_parallel_size"]
+    pipeline_parallel_size: int = DEFAULT["pipeline_parallel_size"]
+    max_model_len: int | None = DEFAULT["max_model_len"]
+    speculative_method: str = DEFAULT["speculative_method"]
+    num_speculative_tokens: int = DEFAULT["num_speculative_tokens"]
+    drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in (not a role variable)
+    extra_args: tuple[str, ...] = DEFAULT["extra_args"]
     env: dict[str, str] = field(default_factory=dict)
     volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path (read-only)
-    port: int = 8000
-    bind_address: str = "127.0.0.1"
-    api_key: str | None = None
-    gpus: str = "cdi"
+    port: int = DEFAULT["port"]
+    bind_address: str = DEFAULT["bind_address"]
+    api_key: str | None = DEFAULT["api_key"]
+    gpus: str = DEFAULT["gpus"]
     # host: NCCL and the engines' shared-memory queues use the host's /dev/shm (sized by the host);
     # private: the container's own /dev/shm of shm_size (docker ignores shm_size with ipc=host).
-    ipc_mode: str = "host"
-    shm_size: str = "16g"
+    ipc_mode: str = DEFAULT["ipc_mode"]
+    shm_size: str = DEFAULT["shm_size"]
     # -1: unlimited (pinned host memory for NCCL/CUDA). Raising it needs CAP_SYS_RESOURCE on the
     # host's container engine; the test bed has none, so its inventory keeps the host's limit.
-    memlock_bytes: int = -1
-    stack_bytes: int = 64 * 1024**2
+    memlock_bytes: int = DEFAULT["memlock_bytes"]
+    stack_bytes: int = DEFAULT["stack_bytes"]
     # Preflight's GPU peer-to-peer verdict (gpu.checks.nccl_recommendations: env, vllm_args,
-    # sglang_args, reason), applied as given: the rule lives there once. {}: no GPUs were read.
+    # sglang_args, reason), or serving_p2p's override of it (schema.collect), applied as given:
+    # the rule lives there once. {}: no GPUs were read.
     nccl: dict[str, Any] = field(default_factory=dict)
     # Models with custom code (config.json `auto_map`: Kimi-K2.5's config and tokenizer) and the
     # chat parsers the model card asks for; both engines register `kimi_k2` for tools and reasoning.
-    trust_remote_code: bool = False
-    tool_call_parser: str = ""
-    reasoning_parser: str = ""
+    trust_remote_code: bool = DEFAULT["trust_remote_code"]
+    tool_call_parser: str = DEFAULT["tool_call_parser"]
+    reasoning_parser: str = DEFAULT["reasoning_parser"]
     # SGLang on SM120: sglang-kernel's FA3/FlashMLA libraries carry no sm_120 code
     # (build.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
-    attention_backend: str = ""
-    draft_attention_backend: str = ""
+    attention_backend: str = DEFAULT["attention_backend"]
+    draft_attention_backend: str = DEFAULT["draft_attention_backend"]
     # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,
     # >= 0.18). A fleet host leaves the router first, so these are the last requests it serves.
-    drain_timeout: int = 0
+    drain_timeout: int = DEFAULT["drain_timeout"]
     # One model across hosts with the engines' own multi-node launch (no Ray): vLLM
     # --nnodes/--node-rank/--master-addr/--master-port, ranks > 0 --headless (no API server);
     # SGLang --nnodes/--node-rank/--dist-init-addr. Its ranks talk on ports of their own choosing,
     # so a multi-node engine runs on the host's network.
-    nnodes: int = 1
-    node_rank: int = 0
-    master_addr: str = ""
-    master_port: int = 29501
+    nnodes: int = DEFAULT["nnodes"]
+    node_rank: int = DEFAULT["node_rank"]
+    master_addr: str = DEFAULT["master_addr"]
+    master_port: int = DEFAULT["master_port"]
     # The weight loader (specdeploy.serve.loaders): "" for the engine's default, no flag.
-    load_format: str = ""
-    # The rollout warms the page cache first (serving_warm_page_cache): a loader that would read
-    # past it is told not to (loaders.Loader.environment).
+    load_format: str = DEFAULT["load_format"]
+    # The rollout warms the page cache first (serving_warm_page_cache, on in the role): a loader
+    # that would read past it is told not to (loaders.Loader.environment). A config built by hand
+    # has warmed nothing, so this default is False, not the role's.
     page_cache_warmed: bool = False
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
+        """From the role's variable set (schema.collect) or any dict of field names: each value
+        coerced as its knob says (numbers, flags, argument tuples, string mappings)."""
         known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__}
-        if "extra_args" in known:
-            known["extra_args"] = tuple(str(a) for a in known["extra_args"] or ())
-        known["env"] = {str(k): str(v) for k, v in (known.get("env") or {}).items()}
-        known["volumes"] = {str(k): str(v) for k, v in (known.get("volumes") or {}).items()}
-        known["api_key"] = known.get("api_key") or None
-        known["max_model_len"] = int(known["max_model_len"]) if known.get("max_model_len") else None
-        ints = ("tensor_parallel_size", "pipeline_parallel_size", "num_speculative_tokens", "port", "memlock_bytes",
-                "stack_bytes", "drain_timeout", "nnodes", "node_rank", "master_port")  # fmt: skip
-        for name in ints:
-            if name in known:
-                known[name] = int(known[name])
-        known["nccl"] = dict(known.get("nccl") or {})
-        for name in ("trust_remote_code", "page_cache_warmed"):
-            if name in known:
-                known[name] = str(known[name]).lower() in ("true", "1", "yes")
-        return cls(**known)
+        return cls(**{k: BY_FIELD[k].to_field(v) if k in BY_FIELD else v for k, v in known.items()})
+
+    def _inputs(self) -> dict[str, Any]:
+        """The fields as role variables, for the declaration's rules (None: not set; a tuple: a list)."""
+        values = {BY_FIELD[name].variable: getattr(self, name) for name in BY_FIELD}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
 
     def problems(self) -> list[str]:
-        """Bad input, said before anything touches a host."""
-        out: list[str] = []
-        if self.engine not in ENGINES:
-            out.append(f"serving engine {self.engine!r} is not one of {', '.join(ENGINES)}")
-        if self.gpus not in GPU_ACCESS:
-            out.append(f"serving_gpus {self.gpus!r} is not one of {', '.join(GPU_ACCESS)}")
-        if self.ipc_mode not in IPC_MODES:
-            out.append(f"serving_ipc_mode {self.ipc_mode!r} is not one of {', '.join(IPC_MODES)}")
-        if self.speculative_method not in SPECULATIVE_METHODS:
-            out.append(f"speculative method {self.speculative_method!r} is not one of {SPECULATIVE_METHODS}")
-        if self.speculative_method == "eagle3" and not 1 <= self.num_speculative_tokens <= 16:
-            out.append(f"num_speculative_tokens={self.num_speculative_tokens}: use 1-16 (3-5 pays off for EAGLE-3)")
-        if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
-            out.append("tensor/pipeline parallel sizes must be >= 1")
-        if not 1 <= self.port <= 65535:
-            out.append(f"serving port {self.port} is outside 1-65535")
+        """Bad input, said before anything touches a host: each field by its knob's rule, then the
+        rules that take several fields together."""
+        out = variables.problems(self._inputs())
         try:
             loopback = ipaddress.ip_address(self.bind_address).is_loopback
-        except ValueError:
-            out.append(f"serving_bind_address {self.bind_address!r} is not an IP address")
+        except ValueError:  # said above, by serving_bind_address's rule
             loopback = True
         if not loopback and not self.api_key:
             out.append(
@@ -134,7 +111,8 @@ class ServingConfig:
             out.append("serving_attention_backend / serving_draft_attention_backend are SGLang's flags; for vLLM set "
                        "serving_env: {VLLM_ATTENTION_BACKEND: ...}")  # fmt: skip
         out += self._multi_node_problems()
-        out += loaders.problems(self.load_format, self.engine, self.gpus)
+        if self.load_format in loaders.LOADERS:  # an unknown one is said above, by its rule
+            out += loaders.problems(self.load_format, self.engine, self.gpus)
         if any("api-key" in arg for arg in self.extra_args):
             out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
         return out
@@ -244,7 +222,7 @@ class ServingConfig:
         if self.max_model_len:
             cmd += ["--context-length", str(self.max_model_len)]
         if self.speculative_method == "eagle3":
-            # All three of steps/topk/draft-tokens or none (../shared/ENGINE_FACTS.md); a chain: topk 1.
+            # All three of steps/topk/draft-tokens or none (docs/engine-facts.md#sglang); a chain: topk 1.
             n = self.num_speculative_tokens
             cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", self.drafter_path,
                     "--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",

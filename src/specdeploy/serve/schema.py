@@ -1,0 +1,295 @@
+"""The serving interface, declared once: every variable of roles/serving with its type, default,
+allowed values, secrecy, one-line doc and rule.
+
+Everything else follows from KNOBS: the role's defaults/main.yml and meta/argument_specs.yml are
+generated from it (`make generate`, specdeploy.serve.generate; a unit test fails on drift), the role
+hands its serving_* variables to ServingConfig by it (no hand-kept mapping: collect()), and
+ServingConfig takes its defaults, coercions and single-value rules from it. A new knob is one
+Knob(...) here; one that feeds the engine is also a ServingConfig field and the code that renders it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.gpu import p2p
+from specdeploy.serve import loaders
+from specdeploy.serve.rules import (
+    Check,
+    absolute_path,
+    argument_list,
+    boolean,
+    choice,
+    environment,
+    integer,
+    ip_address,
+    name,
+    number,
+    parser_name,
+    seconds,
+    size,
+    volumes,
+)
+
+ENGINES = ("vllm", "sglang")
+GPU_ACCESS = ("cdi", "device_requests", "none")
+SPECULATIVE_METHODS = ("eagle3", "none")
+IPC_MODES = ("host", "private", "shareable")
+
+
+class _Unset:
+    """No default in the role: an optional variable that argument_specs documents."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def _flag(value: Any) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+# How an inventory value becomes a ServingConfig field, by type; a knob may bring its own.
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "int": int,
+    "float": float,
+    "bool": _flag,
+    "list": lambda value: tuple(str(a) for a in value or ()),
+    "dict": lambda value: {str(k): str(v) for k, v in (value or {}).items()},
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # the role variable is serving_<name>
+    type: str  # as argument_specs spells it: str, path, int, float, bool, list, dict
+    default: Any  # the role's default: a YAML value, a Jinja expression (derived), or UNSET
+    doc: str  # argument_specs' description
+    rule: Check | None = None  # None: no single-value rule (checked elsewhere, or free)
+    field: str | None = None  # the ServingConfig field it feeds; None: the role's own (rollout, gate, prewarm)
+    choices: tuple[str, ...] = ()  # also the rule, when none is given
+    no_log: bool = False  # a secret: never collected into a fact, never shown
+    note: str = ""  # the comment above it in defaults/main.yml
+    aside: str = ""  # the comment after it, on its line
+    coerce: Callable[[Any], Any] | None = None  # into its ServingConfig field; None: by type
+    # Added after deployments existed: out of the digest while at its default, so that upgrading
+    # specdeploy alone restarts no engine (a 25-minute load each on the user's model).
+    late: bool = False
+
+    @property
+    def variable(self) -> str:
+        return f"serving_{self.name}"
+
+    @property
+    def derived(self) -> bool:
+        return isinstance(self.default, str) and "{{" in self.default
+
+    @property
+    def check(self) -> Check | None:
+        return self.rule or (choice(self.choices) if self.choices else None)
+
+    def to_field(self, value: Any) -> Any:
+        convert = self.coerce or _COERCE.get(self.type)
+        return convert(value) if convert else value
+
+
+def _engine(name: str, type_: str, default: Any, doc: str, rule: Check | None = None, **more: Any) -> Knob:
+    """A knob that is a ServingConfig field of the same name (unless `field` says otherwise)."""
+    return Knob(name, type_, default, doc, rule, more.pop("field", name), **more)
+
+
+def _role(name: str, type_: str, default: Any, doc: str, rule: Check | None = None, **more: Any) -> Knob:
+    return Knob(name, type_, default, doc, rule, None, **more)
+
+
+def _optional_ip(value: Any) -> str | None:
+    return None if value in ("", None) else ip_address(value)
+
+
+def _loader(value: Any) -> str | None:
+    if value in ("", None) or value in loaders.LOADERS:
+        return None
+    return f"empty (the engine's default) or one of {', '.join(loaders.LOADERS)}"
+
+
+def _p2p_mode(value: Any) -> str | None:
+    return choice(p2p.MODES)(p2p.mode(value))
+
+
+KNOBS: tuple[Knob, ...] = (
+    _engine("engine", "str", "{{ (engine_image_profile | default('vllm-cpu')).split('-')[0] }}",
+            "vllm or sglang (default: from engine_image_profile).", choices=ENGINES),
+    _engine("image", "str", "{{ engine_image_tag | default('') }}",
+            "Image tag on the host (default: the build phase's engine_image_tag).",
+            note="The image the build phase produced (the engine_image role sets engine_image_tag)."),
+    _engine("model_path", "path", "/srv/specdeploy/models/target", "The model folder on the host, mounted read-only.",
+            absolute_path, note="The model folder on the host; mounted read-only."),
+    _engine("served_model_name", "str", "model", "The model name the API lists.", name),
+    _engine("tensor_parallel_size", "int", 1, "Tensor-parallel size.", integer(1, 64)),
+    _engine("pipeline_parallel_size", "int", 1, "Pipeline-parallel size.", integer(1, 64)),
+    _engine("max_model_len", "int", 0, "Max model length; 0 is the engine's default.", integer(0),
+            aside="0: the engine's default (the model's)", coerce=lambda value: int(value) if value else None),
+    _engine("speculative_method", "str", "eagle3", "eagle3 (the baked-in drafter) or none.",
+            choices=SPECULATIVE_METHODS),
+    _engine("num_speculative_tokens", "int", 3, "Speculative tokens per step.", integer(1, 16)),
+    _engine("extra_args", "list", [], "Extra engine arguments.", argument_list),
+    _engine("env", "dict", {}, "Extra environment for the engine.", environment),
+    _engine("volumes", "dict", {}, "Extra read-only mounts (host path to container path).", volumes,
+            note="Extra read-only mounts, host path: container path."),
+    _engine("port", "int", 8000, "API port.", integer(1, 65535)),
+    _engine("bind_address", "str", "127.0.0.1", "Host address the API port binds; off loopback needs serving_api_key.",
+            ip_address, note="127.0.0.1: reach it through SSH (ssh -L). Anything else requires serving_api_key."),
+    # Checked with the bind address (ServingConfig.problems), never shown: no single-value rule.
+    _engine("api_key", "str", "", "API key (ansible-vault); required off loopback.", no_log=True,
+            note="From ansible-vault (ansible-vault encrypt_string --name serving_api_key); never logged.",
+            coerce=lambda value: value or None),
+    _engine("gpus", "str", "cdi", "GPU access: cdi, device_requests or none.", choices=GPU_ACCESS,
+            note="cdi (nvidia.com/gpu=all; Container Toolkit >= 1.18), device_requests (--gpus all), none (CPU)."),
+    _engine("ipc_mode", "str", "host", "IPC namespace of the engine; shm size applies when not host.",
+            choices=IPC_MODES,
+            note="host: the host's /dev/shm (NCCL, the engines' shm queues); private: its own, of serving_shm_size."),
+    _engine("shm_size", "str", "16g", "Shared memory size.", size),
+    _engine("memlock_bytes", "int", -1,
+            "memlock ulimit of the engine (-1 unlimited; raising it needs CAP_SYS_RESOURCE).", integer(-1),
+            note="-1: unlimited memlock (pinned memory); the stack as NVIDIA's containers recommend (64 MiB)."),
+    _engine("stack_bytes", "int", 64 * 1024**2, "stack ulimit of the engine.", integer(1)),
+    _role("iommu_acs_fixed", "bool", False, "The host's IOMMU/ACS is fixed: keep NCCL P2P on PCIe hosts.", boolean,
+          note="PCIe-only hosts with >2 GPUs: NCCL P2P off and custom all-reduce off unless the host's\n"
+               "IOMMU/ACS is fixed: iommu=pt or off on the kernel command line (preflight reads it), or ACS\n"
+               "disabled, which only the operator knows: say so with serving_iommu_acs_fixed: true."),
+    _engine("nccl", "dict", "{{ preflight_nccl | default({}) }}",
+            "The GPU peer-to-peer verdict (env, vllm_args, sglang_args, reason); default: preflight's.",
+            note="The engine's peer-to-peer settings: preflight's verdict (specdeploy.gpu.checks), applied as given.",
+            coerce=lambda value: dict(value or {})),
+    # Not a field: collect() applies it to nccl, so the engine's flags and the digest follow what it gives.
+    _role("p2p", "str", "auto", "GPU peer-to-peer: auto takes serving_nccl; on or off is the operator's override.",
+          _p2p_mode, choices=p2p.MODES,
+          note="The operator's word on GPU peer-to-peer over serving_nccl (specdeploy.gpu.p2p.override): auto\n"
+               "applies the verdict as given; off: NCCL through host memory (NCCL_P2P_DISABLE=1) and custom\n"
+               "all-reduce off; on: no P2P flags at all, whatever the verdict."),
+    _engine("trust_remote_code", "bool", False,
+            "--trust-remote-code (models with custom code in config.json auto_map, e.g. Kimi-K2.5).", boolean,
+            note="Models that ship custom code (config.json auto_map, e.g. Kimi-K2.5) need it trusted; preflight\n"
+                 "warns when a model has auto_map and this is false. Parsers: as the engines register them (kimi_k2)."),
+    _engine("tool_call_parser", "str", "", "The engine's tool-call parser (kimi_k2 for Kimi-K2.5); empty for none.",
+            parser_name),
+    _engine("reasoning_parser", "str", "", "The engine's reasoning parser (kimi_k2 for Kimi-K2.5); empty for none.",
+            parser_name),
+    _engine("attention_backend", "str", "",
+            "SGLang's --attention-backend (triton on SM120); empty for the engine's choice.", parser_name,
+            note="SGLang only: the target's and the draft's attention backends (triton on SM120: sglang-kernel's FA3\n"
+                 "and FlashMLA libraries carry no sm_120 code). Empty: the engine's choice."),
+    _engine("draft_attention_backend", "str", "",
+            "SGLang's --speculative-draft-attention-backend (triton on SM120); empty for the engine's choice.",
+            parser_name),
+    _engine("drain_timeout", "int", 0,
+            "Seconds a stopped engine may finish in-flight requests (vLLM --shutdown-timeout); 0 for none.",
+            integer(0, 3600),
+            note="Seconds a stopped engine may finish its in-flight requests (vLLM >= 0.18: --shutdown-timeout).\n"
+                 "In a fleet the host leaves the router first, so no request is cut; 0: no drain."),
+    _engine("nnodes", "int", 1, "Hosts one model spans (the engine's multi-node launch; 1 for one host).",
+            integer(1, 64),
+            note="One model across hosts (the engines' own multi-node launch; each host one rank, the same\n"
+                 "tensor x pipeline sizes everywhere): hosts, this host's rank (0 serves the API; vLLM's others\n"
+                 "run headless), and rank 0's address and rendezvous port. Runs the engine on the host's network."),
+    _engine("node_rank", "int", 0, "This host's rank among serving_nnodes (0 serves the API).", integer(0, 63)),
+    _engine("master_addr", "str", "", "Rank 0's address, reachable from every rank (serving_nnodes > 1).",
+            _optional_ip),
+    _engine("master_port", "int", 29501, "The ranks' rendezvous port on rank 0.", integer(1, 65535)),
+    _role("fleet_address", "str", UNSET, "The address the router reaches this engine at (default: ansible_host)."),
+    _role("fleet_worker", "str",
+          "{{ (serving_fleet_address | default(ansible_host) | default(inventory_hostname)) | "
+          "specdeploy_worker_url(serving_port) }}",
+          "Derived from serving_fleet_address and serving_port (the router's worker URL).",
+          note="In a fleet: where the router and the sentinel reach this engine (serving_fleet_address, else\n"
+               "ansible_host; derived, not an input)."),
+    _engine("load_format", "str", "",
+            "The weight loader (--load-format); empty for the engine's default. Its package is baked into the image.",
+            _loader, late=True,
+            note="The weight loader: \"\" (the engine's default), safetensors, fastsafetensors, instanttensor (GPU\n"
+                 "only), runai_streamer, runai_streamer_sharded (vLLM only). The build bakes in the package a loader\n"
+                 "needs (specdeploy.serve.loaders); an unsupported value is refused before any host is touched."),
+    # ServingConfig.page_cache_warmed: a loader that would read past a warmed page cache is told not to.
+    _engine("warm_page_cache", "bool", True,
+            "Read the model into the page cache while the old engine serves "
+            "(all of it, or its first shards up to the bound).",
+            boolean, field="page_cache_warmed",
+            note="The prewarm (specdeploy.serve.prewarm) reads the model into the page cache while the old engine\n"
+                 "serves: parallel readers (0: one per CPU, up to 16), in the engine's read order, up to\n"
+                 "serving_prewarm_max_fraction of MemAvailable and, when > 0, serving_prewarm_max_gb; a larger model\n"
+                 "is warmed from its first shard up to that bound, and the report says how much."),
+    _role("prewarm_readers", "int", 0, "Parallel readers of the prewarm; 0 for one per CPU of the host, up to 16.",
+          integer(0, 256)),
+    _role("prewarm_max_fraction", "float", 0.5, "The most of MemAvailable the prewarm may fill (0.01 to 0.9).",
+          number(0.01, 0.9)),
+    _role("prewarm_max_gb", "float", 0, "A further bound on what the prewarm reads, in GiB; 0 for none.",
+          number(0, 1_000_000)),
+    _role("vmtouch_version", "str", "{{ 'serving_vmtouch_version' | specdeploy_pin }}",
+          "The apt version of vmtouch (the prewarm's reader); from specdeploy/pins.yaml.",
+          aside="specdeploy/pins.yaml"),
+    _role("stall_timeout", "int", 300, "Seconds without progress before STALLED.", seconds(0)),
+    _role("timeout", "int", 3600, "Seconds before the start-up is abandoned.", seconds(0)),
+    _role("reconnect_grace", "int", 120,
+          "Seconds without contact with the host that change no verdict (reconnects with backoff).", seconds(0),
+          note="Seconds without contact with the host (SSH dropped, dockerd restarting) that change no verdict:\n"
+               "the watch and the rollout reconnect with backoff meanwhile, and that time is not a stall."),
+    _role("state_dir", "path", "/var/lib/specdeploy/serving",
+          "Where the host records the serving version and the rollout's state machine (rollout.json).", absolute_path),
+    _role("bench", "bool", True,
+          "Benchmark the new engine after READY, before promotion (vllm bench serve in its container).", boolean,
+          note="The benchmark gate (specdeploy.gate), between READY and promotion: vLLM's `vllm bench serve` in the\n"
+               "new engine's container, the shipped prompt set through its chat template, then a comparison with\n"
+               "the last promoted version on this host and hardware. A refusal is a FAILED rollout (rolled back).",
+          aside="false: no benchmark at all"),
+    _role("bench_gate", "bool", True,
+          "Refuse (roll back) a version whose benchmark regressed; false measures and records only.", boolean,
+          aside="false: measure and record, refuse nothing"),
+    _role("bench_budget_s", "int", 60,
+          "Seconds the benchmark may take, client start-up included; the tokens per request follow.", seconds(0),
+          aside="the whole benchmark, client start-up included; the tokens per request follow"),
+    _role("bench_concurrency", "int", 4, "Requests the benchmark keeps in flight.", integer(1, 1024)),
+    _role("bench_max_tokens", "int", 256, "The most tokens per benchmark request (the budget may size fewer).",
+          integer(8, 16384), aside="a ceiling per request"),
+    _role("bench_min_acceptance_length", "float", 0, "The lowest mean acceptance length accepted (0 for no floor).",
+          number(0, 64), aside="a floor for the mean acceptance length (0: none)"),
+    _role("bench_max_regression", "float", 0.1,
+          "The largest fall from the last promoted version's acceptance length or tokens/s (a fraction).",
+          number(0.001, 0.999), aside="the largest fall from the last promoted version (a fraction)"),
+)  # fmt: skip
+
+BY_VARIABLE: dict[str, Knob] = {k.variable: k for k in KNOBS}
+BY_FIELD: dict[str, Knob] = {k.field: k for k in KNOBS if k.field}
+RULES: dict[str, Check] = {k.variable: k.check for k in KNOBS if k.check}
+# ServingConfig's defaults: the role's, as the field holds them (max_model_len 0 -> None, api_key "" -> None).
+FIELD_DEFAULTS: dict[str, Any] = {
+    k.field: k.to_field(k.default) for k in KNOBS if k.field and not k.derived and k.default is not UNSET
+}
+DIGEST_SKIPS_AT_DEFAULT: dict[str, Any] = {k.field: FIELD_DEFAULTS[k.field] for k in KNOBS if k.field and k.late}
+
+
+P2P = "serving_p2p"
+
+
+def config_variables(names: Iterable[str]) -> list[str]:
+    """The variables among NAMES that make the engine's variable set (never a secret: those are read apart)."""
+    return [n for n in names if n in BY_VARIABLE and (BY_VARIABLE[n].field or n == P2P) and not BY_VARIABLE[n].no_log]
+
+
+def collect(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The role's serving_* values as the dict ServingConfig.from_vars takes (field names; numbers and
+    flags as numbers and flags, the rest as given), serving_p2p applied to serving_nccl. Checked by
+    the rules before this runs."""
+    out: dict[str, Any] = {}
+    for variable in config_variables(values):
+        knob, value = BY_VARIABLE[variable], values[variable]
+        if knob.field:
+            convert = _COERCE.get(knob.type) if knob.type in ("int", "bool") else None
+            out[knob.field] = convert(value) if convert and value is not None else value
+    mode = p2p.mode(values.get(P2P, "auto"))
+    if mode != "auto":  # auto leaves nccl as it was: no engine deployed before serving_p2p changes its digest
+        out["nccl"] = p2p.override_settings(dict(out.get("nccl") or {}), str(mode))
+    return out
