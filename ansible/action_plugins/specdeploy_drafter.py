@@ -1,6 +1,6 @@
 """Action `specdeploy_drafter`: read the drafter on the host in one SSH round trip (files' sha256,
 config.json, SHA256SUMS, the target's config.json) and check it against the pinned engine and the
-target. Failed with every reason to refuse it, before any build. Thin: logic in specdeploy.build."""
+target. Failed with every reason to refuse it, before any build. Thin: logic in specdeploy.engine_image."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
-from specdeploy.build import drafter, profiles
+from specdeploy.engine_image import drafter, profiles
 from specdeploy.errors import SpecdeployError
 
 

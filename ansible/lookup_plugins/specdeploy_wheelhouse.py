@@ -16,7 +16,7 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from specdeploy.build import source
+from specdeploy.engine_image import source
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import router
 

@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 
 from specdeploy import __version__, inventory, verify
-from specdeploy.build import dockerfile, profiles
 from specdeploy.connection import HostConnection
+from specdeploy.engine_image import dockerfile, profiles
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
@@ -299,7 +299,7 @@ def _add_deploy_commands(sub: Any) -> None:
 
     dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
     _add_target_args(dep)
-    dep.add_argument("--tags", help="phases to run: preflight,provision,build,deploy,verify")
+    dep.add_argument("--tags", help="phases to run: preflight,provision,engine_image,deploy,verify")
     dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
     dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)

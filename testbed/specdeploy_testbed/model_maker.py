@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdeploy import pins
-from specdeploy.build import profiles, wheels
+from specdeploy.engine_image import profiles, wheels
 
 REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors")
 

@@ -20,9 +20,9 @@ from docker.models.containers import Container
 from rich.console import Console
 
 from specdeploy import docker_engine, inventory
-from specdeploy.build.base_image import ensure_base_image, step
-from specdeploy.build.profiles import BASE_IMAGE
 from specdeploy.controller_packages import ensure_command
+from specdeploy.engine_image.base_image import ensure_base_image, step
+from specdeploy.engine_image.profiles import BASE_IMAGE
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 from specdeploy.targets import Target, probe

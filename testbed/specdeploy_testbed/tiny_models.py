@@ -14,7 +14,7 @@ Shapes a GPU engine accepts: the real model's MLA head sizes (qk_nope 128, qk_ro
 kv_lora 512; vLLM's GPU MLA backends refuse others, and the CPU decode kernel wants latent 576) and
 Kimi-K2.5's yarn `rope_scaling` (the MLA drafter's rotary embedding reads its `factor`), with few
 heads, layers and experts. The drafter's aux layer ids are ones vLLM and SGLang read alike (see
-specdeploy.build.drafter.aux_layer_readings).
+specdeploy.engine_image.drafter.aux_layer_readings).
 
 Run with the engine's python:
     python -m specdeploy_testbed.tiny_models OUT [--always-accept] [--architecture kimi_k25]

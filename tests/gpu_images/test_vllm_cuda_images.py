@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 
 from specdeploy import pins
-from specdeploy.build import docker_build, dockerfile, drafter, profiles, wheels
 from specdeploy.connection import CommandHost
 from specdeploy.docker_engine import ensure_engine
+from specdeploy.engine_image import docker_build, dockerfile, drafter, profiles, wheels
 from specdeploy.patches import vllm_eagle3
 from specdeploy.paths import state_dir
 from specdeploy_testbed import testbed
@@ -215,7 +215,7 @@ def prepare(slot: Slot, tmp_path: Path) -> tuple[dict[str, object], str]:
 
 
 def build(slot: Slot, info: dict[str, object], capsys: pytest.CaptureFixture[str]) -> str:
-    """A cold build through specdeploy.build.docker_build, timed; returns its log."""
+    """A cold build through specdeploy.engine_image.docker_build, timed; returns its log."""
     free = free_gb()
     assert free >= MIN_FREE_GB, f"building {slot.tag} needs about {MIN_FREE_GB} GB free for Docker, {free:.1f} GB is"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.build import profiles
 from specdeploy.connection import docker_client
+from specdeploy.engine_image import profiles
 from specdeploy.gate.client import tar_archive
 from specdeploy.paths import project_root
 from specdeploy.playbook import run_playbook
@@ -53,8 +53,8 @@ def host_with_models(testbed_up, docker_client):
 
 def build(*extra: str):
     start = time.monotonic()
-    run = run_playbook(testbed.paths().inventory, "--tags", "build", "-e", f"engine_image_target_model_path={TARGET}",
-                       *extra)  # fmt: skip
+    model = f"engine_image_target_model_path={TARGET}"
+    run = run_playbook(testbed.paths().inventory, "--tags", "engine_image", "-e", model, *extra)
     return run, time.monotonic() - start
 
 

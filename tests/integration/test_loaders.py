@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy import pins
-from specdeploy.build import wheels
+from specdeploy.engine_image import wheels
 from specdeploy.serve import loaders
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy import pins
-from specdeploy.build import wheels
+from specdeploy.engine_image import wheels
 from specdeploy.patches.patchset import MANIFEST
 
 pytestmark = pytest.mark.integration
@@ -258,7 +258,7 @@ def test_the_sglang_drafter_table_is_what_the_pinned_release_registers(sources):
     EAGLE-3 model module, and no reader of the speculators format."""
     import ast  # noqa: PLC0415
 
-    from specdeploy.build import drafter  # noqa: PLC0415
+    from specdeploy.engine_image import drafter  # noqa: PLC0415
 
     models = sources("sglang", pins.SGLANG_CUDA) / "sglang" / "srt" / "models"
     registered = set()
@@ -274,7 +274,7 @@ def test_the_sglang_drafter_table_is_what_the_pinned_release_registers(sources):
 def test_the_sglang_kernel_comes_from_the_pinned_sglangs_own_metadata():
     """SGLang 0.5.23 requires sglang-kernel==0.4.10 (not the old sgl-kernel pin); the build stage
     keeps or rebuilds exactly that, from SGLang's source at the same tag."""
-    from specdeploy.build import dockerfile, profiles  # noqa: PLC0415
+    from specdeploy.engine_image import dockerfile, profiles  # noqa: PLC0415
 
     prof = profiles.profile("sglang-cuda")
     requirement = profiles.sglang_kernel_requirement(prof)

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from specdeploy.build import source
 from specdeploy.connection import CommandHost, docker_client
+from specdeploy.engine_image import source
 from specdeploy.paths import state_dir
 from specdeploy.playbook import parse_recap
 from specdeploy.serve import prewarm

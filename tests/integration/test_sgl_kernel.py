@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy import pins
-from specdeploy.build import profiles, sgl_kernel, wheels
+from specdeploy.engine_image import profiles, sgl_kernel, wheels
 from specdeploy.paths import state_dir
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def test_a_wheel_without_sm120_code_gives_build(kernel_wheel, cuobjdump, tmp_pat
     old = tmp_path / "sglang_kernel-0.0.0-cp310-abi3-manylinux2014_x86_64.whl"
     with zipfile.ZipFile(kernel_wheel) as real, zipfile.ZipFile(old, "w") as fake:
         fake.writestr("sgl_kernel/sm90/common_ops.abi3.so", real.read("sgl_kernel/flash_ops.abi3.so"))
-    proc = subprocess.run([sys.executable, "-m", "specdeploy.build.sgl_kernel", "--cuobjdump", str(cuobjdump),
+    proc = subprocess.run([sys.executable, "-m", "specdeploy.engine_image.sgl_kernel", "--cuobjdump", str(cuobjdump),
                            "--wheel", str(old)], capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == sgl_kernel.BUILD_EXIT, proc.stdout + proc.stderr
     assert "sgl_kernel/sm90/common_ops.abi3.so: NO sm_120" in proc.stdout

@@ -13,8 +13,8 @@ from dataclasses import asdict
 import pytest
 from docker.errors import NotFound
 
-from specdeploy.build.ship import ship_image
 from specdeploy.connection import CommandHost, HostConnection, docker_client
+from specdeploy.engine_image.ship import ship_image
 from specdeploy.errors import SpecdeployError
 from specdeploy.serve.hosts import inventory_hostvars
 from specdeploy.targets import Target, forward_port

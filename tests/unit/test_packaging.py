@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.build import source
+from specdeploy.engine_image import source
 
 FORBIDDEN = ("testbed", "simulated", "tiny_model", "model_maker", "tests/")
 SHIPPED = (
     "specdeploy/pins.yaml",
-    "specdeploy/build/engine.Dockerfile.j2",
+    "specdeploy/engine_image/engine.Dockerfile.j2",
     "specdeploy/watch/log_grammar.yaml",
     "specdeploy/verify/check_serving.py",
     "specdeploy/verify/conftest.py",
@@ -21,13 +21,25 @@ SHIPPED = (
 
 
 @pytest.fixture(scope="module")
-def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def wheel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state = tmp_path_factory.mktemp("state")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECDEPLOY_STATE", str(state))
-        wheel = source.specdeploy_wheel()
-    with zipfile.ZipFile(wheel) as archive:
+        return Path(source.specdeploy_wheel())
+
+
+@pytest.fixture(scope="module")
+def wheel_files(wheel_path: Path) -> list[str]:
+    with zipfile.ZipFile(wheel_path) as archive:
         return archive.namelist()
+
+
+def test_the_wheel_ships_the_top_level_dockerfile_template_itself(wheel_path: Path) -> None:
+    """docker/ holds the engine image's template (the layout the user asked for); the package's
+    link to it must ship the file, not the link."""
+    with zipfile.ZipFile(wheel_path) as archive:
+        shipped = archive.read("specdeploy/engine_image/engine.Dockerfile.j2")
+    assert shipped == (Path(__file__).parents[2] / "docker" / "engine.Dockerfile.j2").read_bytes()
 
 
 def test_the_wheel_holds_no_test_bed_or_simulation_file(wheel_files):

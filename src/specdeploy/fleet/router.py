@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy import pins
-from specdeploy.build import wheels
+from specdeploy.engine_image import wheels
 
 CONSTRAINTS = Path(__file__).with_name("router-constraints.txt")
 

@@ -79,6 +79,9 @@ def space_problem(host: str, what: str, path: str, free: int, *, needed: int, va
             f"there, or lower {variable} if you know better")  # fmt: skip
 
 
+ENGINE_IMAGE_TAG = "engine_image"  # the engine image phase's one name: package, role, tag, plugins
+
+
 def build_runs(run_tags: object, skip_tags: object) -> bool:
     """Whether this run's tags reach the Build play, so the build's disk space matters.
 
@@ -86,9 +89,9 @@ def build_runs(run_tags: object, skip_tags: object) -> bool:
     `--tags preflight,provision` builds nothing, and refusing it for image space would be wrong."""
     run = {str(t) for t in run_tags} if isinstance(run_tags, list | tuple | set) else {"all"}
     skip = {str(t) for t in skip_tags} if isinstance(skip_tags, list | tuple | set) else set()
-    if "build" in skip:
+    if ENGINE_IMAGE_TAG in skip:
         return False
-    return bool(run & {"all", "build"}) or run == {"preflight"}
+    return bool(run & {"all", ENGINE_IMAGE_TAG}) or run == {"preflight"}
 
 
 def host_problems(host: str, reads: dict[str, object], options: dict[str, object]) -> list[str]:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specdeploy.build.profiles import DRAFTER_DIR
+from specdeploy.engine_image.profiles import DRAFTER_DIR
 from specdeploy.serve import loaders, variables
 from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
 from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
@@ -61,7 +61,7 @@ class ServingConfig:
     tool_call_parser: str = DEFAULT["tool_call_parser"]
     reasoning_parser: str = DEFAULT["reasoning_parser"]
     # SGLang on SM120: sglang-kernel's FA3/FlashMLA libraries carry no sm_120 code
-    # (build.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
+    # (engine_image.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
     attention_backend: str = DEFAULT["attention_backend"]
     draft_attention_backend: str = DEFAULT["draft_attention_backend"]
     # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,

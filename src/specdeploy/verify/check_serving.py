@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from testinfra.host import Host
 
-from specdeploy.build import drafter, profiles
+from specdeploy.engine_image import drafter, profiles
 
 CONTAINER = "specdeploy-engine"
 

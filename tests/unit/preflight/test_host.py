@@ -56,9 +56,14 @@ def test_the_model_filesystem_and_an_explicit_threshold():
 
 def test_build_space_is_checked_only_when_the_build_play_runs():
     short = reads(free=f"/var/lib/docker {5 * GIB}\n/srv/models/target {50 * GIB}")
-    for run_tags, skip_tags in ((["all"], []), (["build"], []), (["preflight"], []), (["preflight", "build"], [])):
+    for run_tags, skip_tags in (
+        (["all"], []),
+        (["engine_image"], []),
+        (["preflight"], []),
+        (["preflight", "engine_image"], []),
+    ):
         options = {**OPTIONS, "run_tags": run_tags, "skip_tags": skip_tags}
         assert len(host_problems("gpu-1", short, options)) == 1, (run_tags, skip_tags)
-    for run_tags, skip_tags in ((["preflight", "provision"], []), (["all"], ["build"]), (["deploy"], [])):
+    for run_tags, skip_tags in ((["preflight", "provision"], []), (["all"], ["engine_image"]), (["deploy"], [])):
         options = {**OPTIONS, "run_tags": run_tags, "skip_tags": skip_tags}
         assert host_problems("gpu-1", short, options) == [], (run_tags, skip_tags)

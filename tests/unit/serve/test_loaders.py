@@ -9,7 +9,7 @@ from specdeploy import pins
 from specdeploy.serve import loaders
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.variables import problems
-from tests.unit.build.test_profiles import hadolint, render
+from tests.unit.engine_image.test_profiles import hadolint, render
 
 BASE = {"image": "i", "model_path": "/m", "served_model_name": "m"}
 CASES = [(name, engine) for name, loader in loaders.LOADERS.items() for engine in loader.engines]

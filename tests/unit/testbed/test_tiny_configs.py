@@ -19,7 +19,7 @@ import pytest
 from transformers import DeepseekV2Config, DeepseekV3Config, Kimi_K25Config, Kimi_K25VisionConfig
 
 from specdeploy import pins
-from specdeploy.build import drafter
+from specdeploy.engine_image import drafter
 from specdeploy_testbed import tiny_configs
 
 MLA_SIZES = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")

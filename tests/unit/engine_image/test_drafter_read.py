@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.build import drafter
+from specdeploy.engine_image import drafter
 
 MLA = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 64, "vocab_size": 512,
        "target_hidden_size": 64, "num_hidden_layers": 1}  # fmt: skip

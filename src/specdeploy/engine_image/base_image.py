@@ -15,8 +15,8 @@ from docker.client import DockerClient
 from docker.errors import NotFound
 from rich.console import Console
 
-from specdeploy.build.profiles import BASE_IMAGE
 from specdeploy.controller_packages import ensure_command
+from specdeploy.engine_image.profiles import BASE_IMAGE
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdeploy import pins
-from specdeploy.build import wheels
+from specdeploy.engine_image import wheels
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 
-# Made by build.base_image (debootstrap + docker import): no registry is reachable.
+# Made by engine_image.base_image (debootstrap + docker import): no registry is reachable.
 BASE_IMAGE = "specdeploy/debian-base:bookworm"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 TOOL_REQUIREMENTS = ("libcst==1.9.0", "pyyaml==6.0.4", "rich==15.0.0")

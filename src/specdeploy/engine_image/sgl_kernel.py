@@ -3,7 +3,7 @@ shared objects with cuobjdump; the build decision (keep the wheel or build it fr
 serving advice that follows (attention backends set explicitly when FA3/FlashMLA lack SM120).
 
 Runs on the controller (tests, on the real wheel) and inside the image's sgl-kernel stage:
-`python -m specdeploy.build.sgl_kernel --package-dir DIR [--mode auto] [--cuobjdump PATH]`
+`python -m specdeploy.engine_image.sgl_kernel --package-dir DIR [--mode auto] [--cuobjdump PATH]`
 exits 0 to keep the installed package, 10 to build it. Standard library only.
 """
 
@@ -105,7 +105,7 @@ def wheel_report(wheel: Path, cuobjdump: Path, mode: str = "auto") -> KernelRepo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdeploy.build.sgl_kernel")
+    parser = argparse.ArgumentParser(prog="python -m specdeploy.engine_image.sgl_kernel")
     parser.add_argument("--cuobjdump", type=Path, help="default: the nvidia-cuda-cuobjdump wheel's, else PATH's")
     parser.add_argument("--package-dir", type=Path, help="an installed sgl_kernel package folder")
     parser.add_argument("--wheel", type=Path, help="or a wheel")

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeploy import docker_engine
-from specdeploy.build import buildlog
-from specdeploy.build.base_image import ensure_base_image
-from specdeploy.build.ship import ship_image
 from specdeploy.connection import CommandHost
+from specdeploy.engine_image import buildlog
+from specdeploy.engine_image.base_image import ensure_base_image
+from specdeploy.engine_image.ship import ship_image
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 from specdeploy.targets import SshSettings, Target
 
 BUILD_ON = ("target", "controller")
-INPUTS_LABEL = "io.specdeploy.build-inputs"
+INPUTS_LABEL = "io.specdeploy.engine_image-inputs"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specdeploy import pins
-from specdeploy.build import drafter
+from specdeploy.engine_image import drafter
 
 VLLM = ("vllm", pins.VLLM_CUDA)
 VLLM_CPU = ("vllm", pins.VLLM_CPU)

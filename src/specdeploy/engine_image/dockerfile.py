@@ -1,5 +1,6 @@
-"""The engine Dockerfile rendered from engine.Dockerfile.j2 (shipped beside this module), and the
-build context the controller prepares for the build host (wheelhouse, specdeploy wheel)."""
+"""The engine Dockerfile rendered from docker/engine.Dockerfile.j2 (the link beside this module
+ships it in the wheel), and the build context the controller prepares for the build host (wheelhouse,
+specdeploy wheel)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import jinja2
 
 from specdeploy import __version__, pins
-from specdeploy.build import profiles, source, wheels
-from specdeploy.build.profiles import (
+from specdeploy.engine_image import profiles, source, wheels
+from specdeploy.engine_image.profiles import (
     DIGEST,
     DRAFTER_DIR,
     PIP_CA,

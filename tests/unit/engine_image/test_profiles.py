@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from specdeploy import pins
-from specdeploy.build import dockerfile, drafter, profiles
+from specdeploy.engine_image import dockerfile, drafter, profiles
 from specdeploy.errors import SpecdeployError
 
 ROOT = Path(__file__).parents[3]

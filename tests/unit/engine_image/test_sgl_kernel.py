@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdeploy.build.sgl_kernel import BUILD_EXIT, decide
+from specdeploy.engine_image.sgl_kernel import BUILD_EXIT, decide
 
 # The shape the real sglang-kernel 0.4.10 wheel has (tests/integration/test_sgl_kernel.py reads it).
 LIBS = {

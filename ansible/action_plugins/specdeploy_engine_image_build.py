@@ -1,14 +1,14 @@
-"""Action `specdeploy_image_build`: the engine image built on the target over SSH (default) or on
+"""Action `specdeploy_engine_image_build`: the engine image built on the target over SSH (default) or on
 the controller and shipped; log streamed with step progress; changed only when the image on the
-target changes; on failure the failing step's root cause. Thin: logic in specdeploy.build."""
+target changes; on failure the failing step's root cause. Thin: logic in specdeploy.engine_image."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
-from specdeploy.build import profiles
-from specdeploy.build.docker_build import BUILD_ON, BuildRequest, build_for
+from specdeploy.engine_image import profiles
+from specdeploy.engine_image.docker_build import BUILD_ON, BuildRequest, build_for
 
 
 class ActionModule(SpecdeployAction):

@@ -1,6 +1,6 @@
-"""Action `specdeploy_image_context`: the engine image's build context, prepared on the controller
+"""Action `specdeploy_engine_image_context`: the engine image's build context, prepared on the controller
 (Dockerfile, wheelhouse, the specdeploy wheel), and the digest of its inputs. Thin: logic in
-specdeploy.build.dockerfile; the drafter is added by the role, on the host that builds."""
+specdeploy.engine_image.dockerfile; the drafter is added by the role, on the host that builds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdeploy.actions import SpecdeployAction
-from specdeploy.build import dockerfile, profiles
+from specdeploy.engine_image import dockerfile, profiles
 from specdeploy.serve import loaders
 
 
