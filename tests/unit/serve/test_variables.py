@@ -79,7 +79,7 @@ def test_the_engine_arguments_follow_the_p2p_verdict_of_gpu_checks():
     """serve.config renders what gpu.checks decided, for both engines, and nothing when no GPUs were read."""
     from specdeploy.gpu.checks import nccl_recommendations  # noqa: PLC0415
     from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
-    from tests.unit.test_gpu_checks import rtx_pro  # noqa: PLC0415
+    from tests.unit.gpu.test_gpu_checks import rtx_pro  # noqa: PLC0415
 
     off = nccl_recommendations(rtx_pro(), iommu_fixed=False, cmdline="ro intel_iommu=on")
     on = nccl_recommendations(rtx_pro(), iommu_fixed=False, cmdline="ro intel_iommu=on iommu=pt")

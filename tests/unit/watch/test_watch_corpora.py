@@ -12,7 +12,7 @@ from specdeploy.watch.rootcause import root_cause_of
 from specdeploy.watch.stacks import summarise_stacks
 from specdeploy.watch.stages import Stage, recognise
 
-CORPORA = Path(__file__).parents[1] / "data" / "vllm_logs"
+CORPORA = Path(__file__).parents[2] / "data" / "vllm_logs"
 
 
 def lines(name: str):

@@ -89,7 +89,7 @@ def test_unknown_exit_status_is_said_not_printed_as_none(tmp_path):
 def test_a_heartbeat_is_not_progress(tmp_path):
     """vLLM 0.8.5 repeating "Waiting for 1 core engine proc(s) to start" while its core hangs
     (the real log tests/data/real_logs/hang-vllm-v085-waiting-core-engine.log, one line a poll)."""
-    log = Path(__file__).parents[1] / "data" / "real_logs" / "hang-vllm-v085-waiting-core-engine.log"
+    log = Path(__file__).parents[2] / "data" / "real_logs" / "hang-vllm-v085-waiting-core-engine.log"
     heartbeat = log.read_text().splitlines()
     batches = [[heartbeat[i % len(heartbeat)]] if i % 5 == 0 else [] for i in range(200)]
     verdict, _ = run(tmp_path, batches, Liveness(True), alive_after=True, stall_timeout_s=0.5)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specdeploy.gpu.facts import collect
 
-CAPTURE = Path(__file__).parent.parent / "data" / "nvidia-smi" / "h200-x1-device-20261130"
+CAPTURE = Path(__file__).parents[2] / "data" / "nvidia-smi" / "h200-x1-device-20261130"
 
 
 def test_facts_parsed_here_equal_the_facts_the_real_host_printed():

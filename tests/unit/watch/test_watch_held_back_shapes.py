@@ -19,7 +19,7 @@ from specdeploy.watch.sources import Liveness
 from specdeploy.watch.stages import recognise
 from specdeploy.watch.watchdog import Watch, WatchOptions
 
-REAL_LOGS = Path(__file__).parents[1] / "data" / "real_logs"
+REAL_LOGS = Path(__file__).parents[2] / "data" / "real_logs"
 PEERS = "waiting for peer ranks"
 
 

@@ -13,7 +13,7 @@ import pytest
 from specdeploy.gpu import p2p
 from specdeploy.gpu.p2p_probe import SCHEMA
 
-H200 = json.loads((Path(__file__).parents[1] / "data" / "p2p" / "h200-x1-p2p-probe.json").read_text())
+H200 = json.loads((Path(__file__).parents[2] / "data" / "p2p" / "h200-x1-p2p-probe.json").read_text())
 
 
 def pair(src: int, dst: int, *, direct: float = 50.0, staged: float = 20.0, access: bool = True,
