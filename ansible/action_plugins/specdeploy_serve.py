@@ -7,12 +7,12 @@ it appears in no task result or log line.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
+from specdeploy import names
 from specdeploy.actions import SpecdeployAction
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
@@ -20,16 +20,15 @@ from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, GateResult, hardware
 from specdeploy.gate.rules import GateSettings, flag
-from specdeploy.paths import state_dir
+from specdeploy.records import STATE_DIR, HostRecords, Serving, host_runs, write_bench, write_prewarm
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
-from specdeploy.serve.prewarm import Prewarmer, prewarmer
-from specdeploy.serve.record import DEFAULT_STATE_DIR, HostRecordStore
+from specdeploy.serve.prewarm import Prewarmer, PrewarmReport, prewarmer
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch import startup
-from specdeploy.watch.remote import diagnostics_root, watch_container_on_host
+from specdeploy.watch.remote import watch_container_on_host
 from specdeploy.watch.watchdog import Verdict, WatchOptions
 
 
@@ -43,27 +42,32 @@ def result(outcome: rollouts.Outcome, joined: bool) -> dict[str, Any]:
             "joined_router": joined, "startup_table": table}  # fmt: skip
 
 
+def serving(outcome: rollouts.Outcome, args: dict[str, Any], api_key_set: bool) -> Serving:
+    """current.json after a promotion; a rollback names the image by its id (it has no tag of its own)."""
+    return Serving(args["image"] if args["action"] == "deploy" else outcome.image_id, outcome.image_id,
+                   outcome.previous_image_id, {**args["config"], "api_key_set": api_key_set}, outcome.started_at,
+                   args["engine_image_profile"], args["engine_image_drafter_path"])  # fmt: skip
+
+
 class Prewarm:
     """The rollout's `warm` step (run while the old engine serves); its report is kept beside the
     verdict of the start-up it was for."""
 
     def __init__(self, action: SpecdeployAction, prewarmer: Prewarmer, enabled: bool) -> None:
         self.action, self.prewarmer, self.enabled = action, prewarmer, enabled
-        self.report: dict[str, Any] | None = None
+        self.report: PrewarmReport | None = None
 
     def __call__(self) -> str:
         if not self.enabled:
             return "page cache not warmed (serving_warm_page_cache: false)"
-        report = self.prewarmer.warm()
-        self.report = report.as_dict()
-        self.action.say(report.message)
-        return report.message
+        self.report = self.prewarmer.warm()
+        self.action.say(self.report.message)
+        return self.report.message
 
     def keep(self, verdict: dict[str, Any] | None) -> None:
         folder = (verdict or {}).get("diagnostics")
         if self.report is not None and folder:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            (Path(folder) / "prewarm.json").write_text(json.dumps(self.report, indent=2) + "\n")
+            write_prewarm(Path(folder), self.report)
 
 
 class ActionModule(SpecdeployAction):
@@ -76,11 +80,14 @@ class ActionModule(SpecdeployAction):
         "warm_page_cache": {"type": "bool", "default": True},
         # specdeploy.serve.prewarm: readers (0: from the host's CPUs) and the bound on what is read.
         "prewarm": {"type": "dict", "default": {}},
-        "state_dir": {"type": "str", "default": DEFAULT_STATE_DIR},
+        "state_dir": {"type": "str", "default": STATE_DIR},
+        # Kept in current.json, so that `specdeploy verify --host` needs no inventory (roles/engine_image).
+        "engine_image_profile": {"type": "str", "default": names.DEFAULT_PROFILE},
+        "engine_image_drafter_path": {"type": "str", "default": ""},
         "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
         # A fleet: the router's inventory host (empty: no router) and this engine's URL there.
         "router_host": {"type": "str", "default": ""},
-        "router_port": {"type": "int", "default": 8080},
+        "router_port": {"type": "int", "default": names.ROUTER_PORT},
         "sentinel_port": {"type": "int", "default": SENTINEL_PORT},
         "fleet_worker": {"type": "str", "default": ""},  # the router's URL for it (roles/serving)
         # The benchmark gate between READY and promotion (specdeploy.gate; roles/serving bench_*).
@@ -118,9 +125,8 @@ class ActionModule(SpecdeployAction):
             result = gate(container, verdict, kept)
             self.say(result.message)
             folder = Path(str(verdict.get("diagnostics") or diagnostics))
-            folder.mkdir(parents=True, exist_ok=True)
-            report = {**result.report, "host": self.host_name, "image": args["image"]}
-            (folder / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+            write_bench(folder, result.report, self.host_name, args["image"],
+                        image_id=str(container.attrs.get("Image", "")), config_digest=cfg.digest())  # fmt: skip
             return result
 
         return benchmark
@@ -131,7 +137,7 @@ class ActionModule(SpecdeployAction):
         if problems:
             return {"failed": True, "msg": "; ".join(problems)}
         conn, grace = self.connection, args["reconnect_grace"]
-        diagnostics = diagnostics_root(state_dir(), self.host_name)
+        diagnostics = host_runs(self.host_name)
 
         def watch(container: str, stall_floor_s: float = 0.0) -> Verdict:
             stall = max(args["stall_timeout"], stall_floor_s)
@@ -164,7 +170,7 @@ class ActionModule(SpecdeployAction):
         fleet = self.membership(args, cfg.port)
         joined = False
         try:
-            store = HostRecordStore(conn.commands, args["state_dir"])
+            store = HostRecords(conn.commands, args["state_dir"])
             leave = fleet.leave if fleet is not None else lambda: None
             if fleet is not None:
                 fleet.hold()
@@ -183,6 +189,8 @@ class ActionModule(SpecdeployAction):
                     raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
                 outcome = rollout.deploy(cfg, image_id, warm)
                 warm.keep(outcome.verdict)
+            if outcome.status == "deployed":  # promoted: it serves, whether or not a router takes it back
+                store.record_serving(serving(outcome, args, bool(self.secret("serving_api_key"))))
             # Back in the router only on a READY engine: the new version, or the previous one restored.
             if fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back"):
                 joined = fleet.join()
@@ -196,4 +204,4 @@ class ActionModule(SpecdeployAction):
                                  hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
-        return {**result(outcome, joined), "prewarm": warm.report}
+        return {**result(outcome, joined), "prewarm": warm.report.as_dict() if warm.report else None}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from specdeploy import pins
+from specdeploy import names, pins
+from specdeploy.engine_image import profiles
 from specdeploy.fleet import router as fleet_router
 from specdeploy.fleet import router_api
 from specdeploy.fleet import schedule as fleet_schedule
@@ -120,6 +121,21 @@ def pin(variable: str) -> Any:
     return pins.host_pin(variable)
 
 
+def name(key: str) -> str | int:
+    """A name the roles share with the Python code (specdeploy.names), for roles/specdeploy_defaults."""
+    return names.role_default(key)
+
+
+def profile_fact(profile: str, fact: str) -> str | int | bool:
+    """`engine_image_profile | specdeploy_profile('engine')`: a fact of the engine image profile."""
+    return profiles.fact(str(profile), str(fact))
+
+
+def engine_profile(engine: str, device: str) -> str:
+    """`specdeploy_engine | specdeploy_engine_profile('cuda')`: the profile that runs ENGINE on DEVICE."""
+    return profiles.for_engine(str(engine), str(device)).name
+
+
 def router_problems(settings: dict[str, Any]) -> list[str]:
     try:
         return fleet_router.RouterConfig.from_vars(settings).problems()
@@ -152,6 +168,9 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "specdeploy_pin": pin,
+            "specdeploy_name": name,
+            "specdeploy_profile": profile_fact,
+            "specdeploy_engine_profile": engine_profile,
             "specdeploy_router_problems": router_problems,
             "specdeploy_router_command": router_command,
             "specdeploy_fleet_serial": fleet_serial,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ansible.parsing.vault import VaultLib, VaultSecret
 
+from specdeploy import names
 from specdeploy.targets import Target, forward_port
 from specdeploy_testbed import layout
 
@@ -23,7 +24,7 @@ ROUTER_HOST_INDEX = 0  # testbed-1 runs the router (and an engine)
 DRAIN_TIMEOUT_S = 30
 HOSTS = 3
 MODEL = "tiny-kimi-k2.5"
-ROUTER_PORT, ROUTER_METRICS_PORT = 8080, 29000
+ROUTER_PORT, ROUTER_METRICS_PORT = names.ROUTER_PORT, names.ROUTER_METRICS_PORT  # the router role's defaults
 SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
 # `specdeploy deploy` arguments of the fleet that the fleet tests and `make bench` roll. Under load
 # the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds. The

@@ -8,7 +8,7 @@ from typing import Any
 
 from docker.errors import APIError, NotFound
 
-from specdeploy.serve.record import RolloutRecord
+from specdeploy.records import RolloutRecord
 from specdeploy.watch.watchdog import Verdict
 
 _ids = itertools.count(1)

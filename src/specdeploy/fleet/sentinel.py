@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from specdeploy import names
 from specdeploy.fleet.router_api import SENTINEL_PORT, members_url, membership_url
 
 # Where roles/sentinel installs it and roles/serving registers each engine (one rule, two roles).
@@ -58,7 +59,7 @@ KEEP_TRANSITIONS = 200
 
 @dataclass(frozen=True)
 class Settings:
-    router_port: int = 8080
+    router_port: int = names.ROUTER_PORT
     interval_s: float = 15.0
     failures: int = 3
     completion_timeout_s: float = 10.0

@@ -3,7 +3,7 @@
 The rollout calls it with the READY engine's container; what it returns decides promotion (restart
 policy, record, router join). Figures are kept with the promoted version in the host's rollout record
 (with the hardware they were measured on: only the same hardware compares) and in the controller's
-run folder (`bench.json`, what `make report` draws)."""
+run folder (`bench.json`, specdeploy.records, what `make report` draws)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 from specdeploy.gate import client
 from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import CALIBRATION_TOKENS, GateSettings, output_tokens, refusals
+from specdeploy.records import BENCH_SCHEMA, utc_now
 
 # Read on the host: the accelerators a figure belongs to (the CPU where there is none: the test bed).
 HARDWARE_PROBE = ("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c "
@@ -74,7 +75,7 @@ class BenchmarkGate:
     def __call__(self, container: client.ExecContainer, verdict: dict[str, Any],
                  previous_kept: dict[str, Any] | None) -> GateResult:  # fmt: skip
         start = time.monotonic()
-        base = {"schema": 1, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": self.hardware}
+        base = {"schema": BENCH_SCHEMA, "time": utc_now(), "hardware": self.hardware}
         if self.engine != "vllm":
             message = f"benchmark gate: not built for {self.engine} yet (vLLM's client only); nothing measured"
             return GateResult(True, message, None, {**base, "figures": None, "previous": None,

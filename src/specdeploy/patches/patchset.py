@@ -12,6 +12,7 @@ from pathlib import Path
 import libcst as cst
 
 from specdeploy import __version__
+from specdeploy.engine_releases import VLLM_EAGLE3_NATIVE, VLLM_EAGLE3_PATCHABLE
 from specdeploy.errors import SpecdeployError
 from specdeploy.patches import vllm_eagle3
 from specdeploy.patches.codemods import Anchors
@@ -88,13 +89,13 @@ def select(install: EngineInstall) -> PatchSet:
                 hint="Kimi-K2.5 EAGLE-3 landed in 0.5.10; check a newer source, then extend SGLANG_NEWEST_KNOWN",
             )
         return SGLANG_NATIVE
-    if major_minor < (0, 16):
+    if major_minor < VLLM_EAGLE3_PATCHABLE:
         raise SpecdeployError(
             f"vLLM {install.version} is not supported: before 0.16, KimiK25ForConditionalGeneration wraps a bare "
             "DeepseekV2Model with its own lm_head, so there is no language model to delegate EAGLE-3 to",
             hint="use vLLM 0.16.x/0.17.x (patched) or 0.18.0+ (native)",
         )
-    if major_minor <= (0, 17):
+    if major_minor < VLLM_EAGLE3_NATIVE:
         return VLLM_EAGLE3
     if major_minor <= VLLM_NEWEST_KNOWN:
         return VLLM_NATIVE

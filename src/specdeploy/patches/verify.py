@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeploy.engine_releases import VLLM_EAGLE3_NATIVE, VLLM_EAGLE3_WHITELIST_REMOVED
 from specdeploy.patches import vllm_eagle3
 from specdeploy.patches.engine_install import EngineInstall
 
@@ -172,7 +173,7 @@ def _verify_vllm_whitelist(install: EngineInstall, findings: list[Finding], chec
         and any(isinstance(t, ast.Name) and t.id in vllm_eagle3.WHITELIST_NAMES for t in node.targets)
     ]
     if not lists:
-        if install.release[:2] >= (0, 22):
+        if install.release[:2] >= VLLM_EAGLE3_WHITELIST_REMOVED:
             checks.append("no EAGLE-3 target whitelist (removed in 0.22; the interface decides)")
         else:
             src.fail(cls.lineno, f"no {' / '.join(vllm_eagle3.WHITELIST_NAMES)} list in SpeculativeConfig")
@@ -312,7 +313,7 @@ def _is_model_name_chain(node: ast.AST) -> bool:
 
 def _verify_vllm_drafter(install: EngineInstall, findings: list[Finding], checks: list[str]) -> None:
     """0.16/0.17: the proposer's multimodal branch must give Kimi-K2.5's placeholder token to the drafter."""
-    if install.release[:2] >= (0, 18):
+    if install.release[:2] >= VLLM_EAGLE3_NATIVE:
         return  # native from 0.18 (and moved to llm_base_proposer.py later)
     src = _Source(install.site_packages, vllm_eagle3.EAGLE_PROPOSER, findings)
     proposer = src.top_class(vllm_eagle3.PROPOSER_CLASS)
@@ -375,7 +376,7 @@ print(json.dumps({"image_token_index": proposer.model.config.image_token_index,
 
 def drafter_probe(install: EngineInstall, python: str, findings: list[Finding]) -> str:
     """Run the drafter's Kimi-K2.5 branch in the engine's interpreter (vLLM 0.16/0.17)."""
-    if install.engine != "vllm" or install.release[:2] >= (0, 18):
+    if install.engine != "vllm" or install.release[:2] >= VLLM_EAGLE3_NATIVE:
         return "not applicable (native)"
     args = [str(install.site_packages), vllm_eagle3.EAGLE_PROPOSER, vllm_eagle3.PROPOSER_CLASS]
     proc = subprocess.run([python, "-c", _VLLM_DRAFTER_PROBE, *args], capture_output=True, text=True, timeout=600,

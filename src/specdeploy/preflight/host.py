@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from specdeploy.engine_image import profiles
+
 GIB = 1024**3
-# Free space an image build needs under the Docker data root, per profile: the classic builder holds
-# the largest layer (torch) twice while it commits it, next to the finished image
-# (README: vllm-cuda images are ~11 GB and free disk dropped by ~14 GB during the build; a --no-cache
-# vllm-cpu 0.32 build here dropped it by 12.2 GiB at its peak, 8.0 GiB once done).
-BUILD_SPACE_GIB = {"vllm-cpu": 13, "vllm-cuda": 30, "sglang-cuda": 40}
+# The free space an image build needs under the Docker data root is each profile's build_space_gib
+# (specdeploy.engine_image.profiles); an unknown profile is given the largest.
 REBUILD_MARGIN_GIB = 2  # an image of the profile is there already: a rebuild reuses most layers
 _USERS = re.compile(r'\("(?P<name>[^"]+)",pid=(?P<pid>\d+)')
 
@@ -69,7 +68,9 @@ def parse_free(text: str) -> dict[str, int]:
 def build_space_needed(profile: str, image_present: bool) -> int:
     if image_present:
         return REBUILD_MARGIN_GIB * GIB
-    return BUILD_SPACE_GIB.get(profile, max(BUILD_SPACE_GIB.values())) * GIB
+    known = profiles.PROFILES.get(profile)
+    gib = known.build_space_gib if known else max(p.build_space_gib for p in profiles.PROFILES.values())
+    return gib * GIB
 
 
 def space_problem(host: str, what: str, path: str, free: int, *, needed: int, variable: str) -> str | None:

@@ -12,13 +12,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specdeploy import names
 from specdeploy.engine_image.profiles import DRAFTER_DIR
 from specdeploy.serve import loaders, variables
 from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
 from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
 
 MODEL_MOUNT = "/models/target"
-CONTAINER = "specdeploy-engine"
+CONTAINER = names.ENGINE_CONTAINER
 CONFIG_LABEL = "io.specdeploy.serve-config"
 
 

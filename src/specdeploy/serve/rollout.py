@@ -1,6 +1,6 @@
 """Roll the engine container out on a host, and back when the new one does not come up.
 
-A recorded state machine (specdeploy.serve.record): warm the page cache while the old engine
+A recorded state machine (rollout.json, specdeploy.records): warm the page cache while the old engine
 serves; stop it (kept as `specdeploy-engine-previous` only if it was proven READY); start the new
 one with restart policy `no`; watch it; READY: promote it (restart policy, recorded as the last READY
 version); FAILED/STALLED: diagnostics saved, the failed container kept stopped as
@@ -11,8 +11,6 @@ record; converged means proven.
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -24,8 +22,8 @@ from docker.models.containers import Container
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
+from specdeploy.records import EngineRef, RecordStore, RolloutRecord, run_folder, utc_now, write_container
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
-from specdeploy.serve.record import EngineRef, RecordStore, RolloutRecord, stamp
 from specdeploy.transport import RECONNECT_GRACE_S, with_retries
 from specdeploy.watch.watchdog import Verdict
 
@@ -77,18 +75,12 @@ def is_converged(container: Container | None, cfg: ServingConfig, image_id: str)
 
 
 def _save_diagnostics(verdict: Verdict, container: Container) -> None:
-    folder = Path(verdict.diagnostics)
-    folder.mkdir(parents=True, exist_ok=True)
     container.reload()
-    attrs = {k: container.attrs.get(k) for k in ("Id", "Name", "Image", "State", "Config", "HostConfig")}
-    env = attrs["Config"].get("Env") if attrs.get("Config") else None
-    if env:  # the API key never lands on disk
-        attrs["Config"] = {**attrs["Config"], "Env": [e for e in env if "API_KEY" not in e]}
-    (folder / "container.json").write_text(json.dumps(attrs, indent=2, default=str) + "\n")
+    write_container(Path(verdict.diagnostics), container.attrs)
 
 
 def _ref(container: Container, proven: bool = False) -> EngineRef:
-    proven_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if proven else None
+    proven_at = utc_now() if proven else None
     return EngineRef(
         str(container.id), str(container.attrs["Image"]), str(container.labels.get(CONFIG_LABEL, "")), proven_at
     )
@@ -109,7 +101,7 @@ def _bring_up(container: Container, watch: Watcher, diagnostics: Path, stall_flo
         try:
             container.start()
         except APIError as exc:  # e.g. a ulimit or device the host's engine refuses: no process at all
-            folder = diagnostics / time.strftime("%Y%m%dT%H%M%S")
+            folder = run_folder(diagnostics)
             return Verdict(
                 status="FAILED",
                 elapsed_s=0.0,
@@ -132,7 +124,7 @@ def is_proven(container: Container | None, record: RolloutRecord) -> bool:
 
 
 class Rollout:
-    """One rollout on one host, every step recorded before it is taken (see record.PHASES).
+    """One rollout on one host, every step recorded before it is taken (see records.PHASES).
 
     Containers are addressed by id and fetched afresh for every operation, through `with_retries`:
     a dropped SSH connection or a restarting dockerd is reconnected with backoff for up to
@@ -194,7 +186,7 @@ class Rollout:
 
     def _step(self, phase: str) -> None:
         self.began = True
-        self.store.save(stamp(self.record, phase))
+        self.store.save(self.record.stamp(phase))
 
     def _bring_up(self, container_id: str, stall_floor_s: float = 0.0) -> Verdict:
         """Start it unless it runs, and watch it; the watch itself survives transport faults."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specdeploy import names
 from specdeploy.gpu import p2p
 from specdeploy.serve import loaders
 from specdeploy.serve.rules import (
@@ -121,12 +122,14 @@ def _p2p_mode(value: Any) -> str | None:
 
 
 KNOBS: tuple[Knob, ...] = (
-    _engine("engine", "str", "{{ (engine_image_profile | default('vllm-cpu')).split('-')[0] }}",
+    # The profile's engine is a fact of the profile (specdeploy.engine_image.profiles), through a filter.
+    _engine("engine", "str",
+            f"{{{{ engine_image_profile | default('{names.DEFAULT_PROFILE}') | specdeploy_profile('engine') }}}}",
             "vllm or sglang (default: from engine_image_profile).", choices=ENGINES),
     _engine("image", "str", "{{ engine_image_tag | default('') }}",
             "Image tag on the host (default: the build phase's engine_image_tag).",
             note="The image the build phase produced (the engine_image role sets engine_image_tag)."),
-    _engine("model_path", "path", "/srv/specdeploy/models/target", "The model folder on the host, mounted read-only.",
+    _engine("model_path", "path", names.MODEL_PATH, "The model folder on the host, mounted read-only.",
             absolute_path, note="The model folder on the host; mounted read-only."),
     _engine("served_model_name", "str", "model", "The model name the API lists.", name),
     _engine("tensor_parallel_size", "int", 1, "Tensor-parallel size.", integer(1, 64)),
@@ -140,7 +143,7 @@ KNOBS: tuple[Knob, ...] = (
     _engine("env", "dict", {}, "Extra environment for the engine.", environment),
     _engine("volumes", "dict", {}, "Extra read-only mounts (host path to container path).", volumes,
             note="Extra read-only mounts, host path: container path."),
-    _engine("port", "int", 8000, "API port.", integer(1, 65535)),
+    _engine("port", "int", names.SERVING_PORT, "API port.", integer(1, 65535)),
     _engine("bind_address", "str", "127.0.0.1", "Host address the API port binds; off loopback needs serving_api_key.",
             ip_address, note="127.0.0.1: reach it through SSH (ssh -L). Anything else requires serving_api_key."),
     # Checked with the bind address (ServingConfig.problems), never shown: no single-value rule.
@@ -237,7 +240,7 @@ KNOBS: tuple[Knob, ...] = (
           "Seconds without contact with the host that change no verdict (reconnects with backoff).", seconds(0),
           note="Seconds without contact with the host (SSH dropped, dockerd restarting) that change no verdict:\n"
                "the watch and the rollout reconnect with backoff meanwhile, and that time is not a stall."),
-    _role("state_dir", "path", "/var/lib/specdeploy/serving",
+    _role("state_dir", "path", names.SERVING_STATE_DIR,
           "Where the host records the serving version and the rollout's state machine (rollout.json).", absolute_path),
     _role("bench", "bool", True,
           "Benchmark the new engine after READY, before promotion (vllm bench serve in its container).", boolean,

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 from testinfra.host import Host
 
+from specdeploy import names
 from specdeploy.engine_image import drafter, profiles
 
-CONTAINER = "specdeploy-engine"
+CONTAINER = names.ENGINE_CONTAINER
 
 
 @pytest.fixture
 def record(host: Host, hostvars: dict[str, Any]) -> dict[str, Any]:
-    path = hostvars.get("serving_state_dir", "/var/lib/specdeploy/serving") + "/current.json"
+    path = hostvars.get("serving_state_dir", names.SERVING_STATE_DIR) + "/current.json"
     state = host.file(path)
     assert state.exists, f"{path} is missing: nothing was deployed on this host (make deploy)"
     return dict(json.loads(state.content_string))
@@ -71,7 +72,9 @@ def test_image_patch_manifest_and_drafter_match_the_inventory(
 ) -> None:
     labels = json.loads(_inspect(host, record["image_id"], "{{json .Config.Labels}}"))
     # The inventory's values win; the serving record holds what the deploy used.
-    prof = profiles.profile(hostvars.get("engine_image_profile") or record.get("engine_image_profile") or "vllm-cpu")
+    prof = profiles.profile(
+        hostvars.get("engine_image_profile") or record.get("engine_image_profile") or profiles.DEFAULT
+    )
     assert labels["io.specdeploy.patch-digest"] == profiles.expected_patch_digest(prof), "patch manifest differs"
     path = hostvars.get("engine_image_drafter_path") or record.get("engine_image_drafter_path")
     assert path, "the drafter's folder is unknown: set engine_image_drafter_path, or redeploy (make deploy records it)"
@@ -83,7 +86,7 @@ def test_image_patch_manifest_and_drafter_match_the_inventory(
 
 def test_engine_is_proven_ready_in_the_rollout_record(host: Host, hostvars: dict[str, Any]) -> None:
     """Converged means proven: the rollout finished and the running container is its READY version."""
-    path = hostvars.get("serving_state_dir", "/var/lib/specdeploy/serving") + "/rollout.json"
+    path = hostvars.get("serving_state_dir", names.SERVING_STATE_DIR) + "/rollout.json"
     state = host.file(path)
     assert state.exists, f"{path} is missing: no rollout was recorded on this host (make deploy)"
     rollout = json.loads(state.content_string)

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from specdeploy import pins
 from specdeploy.engine_image import dockerfile, drafter, profiles
 from specdeploy.errors import SpecdeployError
+from tests.unit import templating
 
 ROOT = Path(__file__).parents[3]
 HADOLINT = Path(sys.executable).parent / "hadolint"
@@ -45,9 +45,9 @@ def test_every_profile_renders_hadolint_clean(name, sgl_kernel_build, tmp_path):
 
 
 def test_the_example_inventory_renders_hadolint_clean(tmp_path):
-    example = yaml.safe_load((ROOT / "inventories/example-8gpu/group_vars/all.yml").read_text())
-    profile = example["engine_image_profile"].replace("{{ specdeploy_engine }}", example["specdeploy_engine"])
-    text = render(profile, sgl_kernel_build=example["sgl_kernel_build"])
+    example = templating.render(templating.group_vars("example-8gpu"))
+    assert example["engine_image_profile"] == "vllm-cuda"
+    text = render(example["engine_image_profile"], sgl_kernel_build=example["sgl_kernel_build"])
     assert f"vllm/vllm-openai:v{pins.VLLM_CUDA}@{STAND_IN}" in text
     assert hadolint(text, tmp_path).returncode == 0
 
@@ -142,3 +142,56 @@ def test_the_cuda_image_proves_what_vllm_imports_at_run_time_on_the_gpu():
     assert " && python3 -c 'import flashinfer'" in cuda
     cpu = dockerfile.render(profiles.profile("vllm-cpu"), patch_digest=STAND_IN, drafter_digest=STAND_IN)
     assert "import flashinfer" not in cpu
+
+
+# ---------------------------------------------------------------- every per-profile fact on Profile
+
+# Held outside Profile until issue 25: preflight.host.BUILD_SPACE_GIB and serve.loaders' packages by profile.
+BUILD_SPACE_BEFORE = {"vllm-cpu": 13, "vllm-cuda": 30, "sglang-cuda": 40}
+RUNAI = f"runai-model-streamer=={pins.LOADERS['runai_model_streamer']}"
+LOADER_PACKAGES_BEFORE = {
+    ("fastsafetensors", "sglang-cuda"): (f"fastsafetensors=={pins.LOADERS['fastsafetensors']}",),
+    ("instanttensor", "sglang-cuda"): (f"instanttensor=={pins.LOADERS['instanttensor']}",),
+    ("runai_streamer", "vllm-cpu"): (RUNAI,),
+    ("runai_streamer", "vllm-cuda"): (RUNAI,),
+    ("runai_streamer", "sglang-cuda"): (RUNAI,),
+    ("runai_streamer_sharded", "vllm-cpu"): (RUNAI,),
+    ("runai_streamer_sharded", "vllm-cuda"): (RUNAI,),
+}
+
+
+def test_each_profile_is_its_engine_on_its_device_as_the_roles_read_it():
+    profile_fact, engine_profile = (
+        templating.FILTERS["specdeploy_profile"],
+        templating.FILTERS["specdeploy_engine_profile"],
+    )
+    assert profiles.DEFAULT in profiles.PROFILES
+    for name, prof in profiles.PROFILES.items():
+        assert name == f"{prof.engine}-{prof.device}"
+        # The rules the roles and inventories wrote in Jinja until issue 25: split('-')[0], "<engine>-cuda".
+        assert profile_fact(name, "engine") == name.split("-")[0] and profile_fact(name, "device") == name.split("-")[1]
+        assert engine_profile(prof.engine, prof.device) == name
+        assert profile_fact(name, "image_repository") == f"specdeploy/{name}"
+        assert profile_fact(name, "gpu") is (prof.device == "cuda")
+    with pytest.raises(SpecdeployError, match="no engine image profile runs 'sglang' on 'cpu'"):
+        engine_profile("sglang", "cpu")
+    with pytest.raises(SpecdeployError, match="no fact 'base_repository'"):
+        profile_fact("vllm-cpu", "base_repository")
+    with pytest.raises(SpecdeployError, match="unknown engine image profile 'vllm-rocm'"):
+        profile_fact("vllm-rocm", "engine")
+
+
+def test_the_build_space_and_loader_packages_are_the_profiles_and_unchanged():
+    from specdeploy.preflight import host  # noqa: PLC0415
+    from specdeploy.serve import loaders  # noqa: PLC0415
+
+    assert {name: prof.build_space_gib for name, prof in profiles.PROFILES.items()} == BUILD_SPACE_BEFORE
+    for name, gib in BUILD_SPACE_BEFORE.items():
+        assert host.build_space_needed(name, image_present=False) == gib * host.GIB
+        assert templating.FILTERS["specdeploy_profile"](name, "build_space_gib") == gib
+    assert host.build_space_needed("unknown", image_present=False) == 40 * host.GIB  # the largest
+    for loader_name, loader in loaders.LOADERS.items():
+        for name in profiles.PROFILES:
+            assert loader.requirements(name) == LOADER_PACKAGES_BEFORE.get((loader_name, name), ()), (loader_name, name)
+            assert loaders.image_requirements(loader_name, name) == list(loader.requirements(name))
+        assert loader.requirements("unknown") == ()

@@ -70,3 +70,20 @@ def test_figures_not_shaped_as_the_gate_writes_them_are_skipped(
     history = reading.read_host(tmp_path / HOST)
     assert history.rollouts[0].bench is None and history.rollouts[0].gate_outcome == "bench.json unreadable"
     assert len(history.notes) == 1 and why in history.notes[0]
+
+
+def test_a_gate_that_measured_nothing_shows_its_judgement_not_an_unreadable_file(tmp_path: Path) -> None:
+    """bench.json with `figures: null`, as the gate writes it for an SGLang engine or a client that failed."""
+    nothing = {**bench(1.0), "figures": None, "gate": {"enabled": True, "passed": True, "problems": [], "seconds": 0.0,
+                                                       "note": "benchmark gate: not built for sglang yet"}}  # fmt: skip
+    failed = {**bench(1.0), "figures": None, "gate": {"enabled": True, "passed": False, "seconds": 3.0,
+                                                      "problems": ["the benchmark could not run: exit 1"]}}  # fmt: skip
+    write_run(tmp_path / HOST, "20261201T090000-1", verdict(), nothing)
+    write_run(tmp_path / HOST, "20261201T100000-2", verdict(), failed)
+    history = reading.read_host(tmp_path / HOST)
+    assert history.notes == () and history.benchmarked == []
+    outcomes = ["nothing measured", "refused: the benchmark could not run: exit 1"]
+    assert [r.gate_outcome for r in history.rollouts] == outcomes
+    assert [r.refused for r in history.rollouts] == [False, True]
+    page = parse_page(pages.render_host_page(history))
+    assert page.one("tr", id="run-20261201T100000-2").one("td", cls="gate").text().startswith("refused: the benchmark")

@@ -8,8 +8,8 @@ import requests
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
+from specdeploy.records import PHASES
 from specdeploy.serve.config import CONTAINER, ServingConfig
-from specdeploy.serve.record import PHASES
 from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
 
 from ..fakes import FakeDocker, FakeWatch, Interrupted, MemoryStore

@@ -5,33 +5,19 @@ way the hand-kept 33-key mapping in roles/serving/tasks/check.yml did."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from jinja2 import meta
-from jinja2.nativetypes import NativeEnvironment
 
 from specdeploy.serve import generate, schema
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.variables import problems
+from tests.unit.templating import FILTERS, group_vars, render, role_defaults
 
 ROOT = Path(__file__).parents[3]
 ROLE = ROOT / "roles/serving"
-
-
-def _filters() -> dict[str, Any]:
-    path = ROOT / "ansible/filter_plugins/specdeploy_filters.py"
-    spec = importlib.util.spec_from_file_location("specdeploy_filters", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return dict(module.FilterModule().filters())
-
-
-FILTERS = _filters()
 
 
 def test_the_role_files_are_what_the_declaration_generates():
@@ -129,19 +115,10 @@ EXTRA = {"": {}, "pcie": {"preflight_nccl": PCIE}, "sglang": {"specdeploy_engine
 
 
 def role_vars(inventory: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The role's defaults under the inventory's group_vars, templated as Ansible would (our filters too)."""
-    group = yaml.safe_load((ROOT / f"inventories/{inventory}/group_vars/all.yml").read_text())
-    values = {**yaml.safe_load((ROLE / "defaults/main.yml").read_text()), **group,
-              "engine_image_tag": "specdeploy/engine:t", "ansible_host": "h", **extra}  # fmt: skip
-    env = NativeEnvironment()
-    env.filters.update(FILTERS)
-    pending = lambda value: isinstance(value, str) and "{{" in value  # noqa: E731
-    named = lambda text: meta.find_undeclared_variables(env.parse(text))  # noqa: E731
-    for _ in range(8):  # each expression once the ones it names are values
-        for name, value in values.items():
-            if pending(value) and not any(pending(values.get(n)) for n in named(value)):
-                values[name] = env.from_string(value).render(values)
-    return values
+    """The role's defaults (and the play's specdeploy_defaults) under the inventory's group_vars,
+    templated as Ansible would (our filters too)."""
+    return render({**role_defaults("specdeploy_defaults", "serving"), **group_vars(inventory),
+                   "engine_image_tag": "specdeploy/engine:t", "ansible_host": "h", **extra})  # fmt: skip
 
 
 def hand_kept(values: dict[str, Any]) -> dict[str, Any]:
