@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
-from pathlib import Path
 
 from docker.client import DockerClient
 from docker.errors import NotFound
@@ -134,7 +133,3 @@ def watch_container_on_host(
         if source.outages:
             verdict.notes.append(f"survived {len(source.outages)} loss(es) of contact: {source.outages} s")
         return verdict
-
-
-def diagnostics_root(state: Path, inventory_hostname: str) -> Path:
-    return state / "runs" / inventory_hostname
