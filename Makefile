@@ -53,10 +53,12 @@ lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/ruff format --check src tests ansible bench testbed gpu_truth
 	$(BIN)/mypy
 	$(BIN)/python -m specdeploy.serve.generate --check
+	$(BIN)/python tests/support/action_docs.py --check
 	$(BIN)/python tests/support/check_docs.py
 
-generate: setup ## Write roles/serving's defaults and argument specs from the declaration (specdeploy.serve.schema)
+generate: setup ## Write roles/serving's defaults and argument specs (specdeploy.serve.schema), and ansible/library's action docs
 	$(BIN)/python -m specdeploy.serve.generate
+	$(BIN)/python tests/support/action_docs.py
 
 test-unit: setup ## Unit tests (no test bed)
 	@$(PYTEST) tests/unit

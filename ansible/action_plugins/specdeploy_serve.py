@@ -1,8 +1,18 @@
-"""Action `specdeploy_serve`: roll the engine container out (or back) on the target and watch it
-to READY, rolling back on FAILED/STALLED. Thin: the logic is in specdeploy.serve.
+"""Action `specdeploy_serve`: roll the engine container out (or back) on the target, watched to READY.
 
-The API key is read from the `serving_api_key` variable, never from the task's arguments, so
-it appears in no task result or log line.
+`action: deploy` warms the page cache with the model while the old engine still serves, stops it, starts
+`image` with `config` and watches the start-up to READY (stage, elapsed time, ETA); when `bench` asks, the
+benchmark gate measures the READY engine before it is promoted. A FAILED or STALLED start-up, or a refused
+gate, rolls back to the last version proven READY. A rerun with this image and configuration, proven
+READY, restarts nothing; an interrupted rollout resumes. `action: rollback` swaps the running engine with
+the previous one, watched the same way. In a fleet (`router_host`), the engine leaves the router before it
+stops and joins it again once READY. The outcome is recorded on the host (`current.json` and
+`rollout.json` in `state_dir`) and in the controller's run folder. Thin: the logic is in specdeploy.serve.
+
+Notes:
+- Secrets: the engine's API key is never an argument. The action reads the `serving_api_key` variable
+  (keep it in ansible-vault) itself, so the key appears in no task argument, result or log line; `config`
+  never holds it (roles/serving leaves every secret out).
 """
 
 from __future__ import annotations
@@ -72,26 +82,94 @@ class Prewarm:
 
 class ActionModule(SpecdeployAction):
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {
-        "action": {"type": "str", "choices": ["deploy", "rollback"], "default": "deploy"},
-        "image": {"type": "str"},
-        "config": {"type": "dict", "default": {}},
-        "stall_timeout": {"type": "float", "default": 300.0},
-        "timeout": {"type": "float", "default": 3600.0},
-        "warm_page_cache": {"type": "bool", "default": True},
-        # specdeploy.serve.prewarm: readers (0: from the host's CPUs) and the bound on what is read.
-        "prewarm": {"type": "dict", "default": {}},
-        "state_dir": {"type": "str", "default": STATE_DIR},
-        # Kept in current.json, so that `specdeploy verify --host` needs no inventory (roles/engine_image).
-        "engine_image_profile": {"type": "str", "default": names.DEFAULT_PROFILE},
-        "engine_image_drafter_path": {"type": "str", "default": ""},
-        "reconnect_grace": {"type": "float", "default": RECONNECT_GRACE_S},
-        # A fleet: the router's inventory host (empty: no router) and this engine's URL there.
-        "router_host": {"type": "str", "default": ""},
-        "router_port": {"type": "int", "default": names.ROUTER_PORT},
-        "sentinel_port": {"type": "int", "default": SENTINEL_PORT},
-        "fleet_worker": {"type": "str", "default": ""},  # the router's URL for it (roles/serving)
-        # The benchmark gate between READY and promotion (specdeploy.gate; roles/serving bench_*).
-        "bench": {"type": "dict", "default": {"gate": False, "enabled": False}},
+        "action": {
+            "type": "str",
+            "choices": ["deploy", "rollback"],
+            "default": "deploy",
+            "description": "`deploy` rolls `image` out; `rollback` swaps the running engine with the previous one.",
+        },
+        "image": {
+            "type": "str",
+            "description": "The engine image to deploy, by tag: needed by `action: deploy`; it must be on the "
+            "target already (the engine image phase builds it).",
+        },
+        "config": {
+            "type": "dict",
+            "default": {},
+            "description": "The engine's serving configuration, ServingConfig's fields (roles/serving's "
+            "`serving_config`, from its `serving_*` variables); checked before anything changes.",
+        },
+        "stall_timeout": {
+            "type": "float",
+            "default": 300.0,
+            "description": "Seconds without start-up progress before the engine is judged STALLED "
+            "(`serving_stall_timeout`); raised to twice the proven version's longest recorded stage.",
+        },
+        "timeout": {
+            "type": "float",
+            "default": 3600.0,
+            "description": "Seconds before the start-up is abandoned (`serving_timeout`).",
+        },
+        "warm_page_cache": {
+            "type": "bool",
+            "default": True,
+            "description": "Warm the page cache with the model's files while the old engine still serves "
+            "(`serving_warm_page_cache`).",
+        },
+        "prewarm": {
+            "type": "dict",
+            "default": {},
+            "description": "The prewarm's bounds (specdeploy.serve.prewarm): `readers` (0: from the host's CPUs), "
+            "`max_fraction` of MemAvailable, `max_gb` (0: none); roles/serving's `serving_prewarm_*`.",
+        },
+        "state_dir": {
+            "type": "str",
+            "default": STATE_DIR,
+            "description": "The host's serving state folder, of `rollout.json` and `current.json` "
+            "(`serving_state_dir`).",
+        },
+        "engine_image_profile": {
+            "type": "str",
+            "default": names.DEFAULT_PROFILE,
+            "description": "The profile the image was built from, kept in `current.json` so that "
+            "`specdeploy verify --host` needs no inventory (roles/engine_image).",
+        },
+        "engine_image_drafter_path": {
+            "type": "str",
+            "default": "",
+            "description": "The drafter the image was built from, kept in `current.json` likewise.",
+        },
+        "reconnect_grace": {
+            "type": "float",
+            "default": RECONNECT_GRACE_S,
+            "description": "Seconds without contact with the host that change no verdict "
+            "(`serving_reconnect_grace`): the watch and the rollout reconnect meanwhile.",
+        },
+        "router_host": {
+            "type": "str",
+            "default": "",
+            "description": "A fleet: the router's inventory host, which this engine leaves before it stops "
+            "and joins once READY; empty: no router.",
+        },
+        "router_port": {"type": "int", "default": names.ROUTER_PORT, "description": "The router's port."},
+        "sentinel_port": {
+            "type": "int",
+            "default": SENTINEL_PORT,
+            "description": "The fleet sentinel's hold API port, on the router host's loopback.",
+        },
+        "fleet_worker": {
+            "type": "str",
+            "default": "",
+            "description": "This engine's URL at the router (roles/serving's `serving_fleet_worker`); empty: "
+            "from `ansible_host` and the engine's port.",
+        },
+        "bench": {
+            "type": "dict",
+            "default": {"gate": False, "enabled": False},
+            "description": "The benchmark gate between READY and promotion (specdeploy.gate): `enabled`, `gate` "
+            "(false: measure and record, refuse nothing), `budget`, `concurrency`, `max_tokens`, "
+            "`min_acceptance_length`, `max_regression`; roles/serving's `serving_bench*`.",
+        },
     }
 
     def gate(self, cfg: ServingConfig, values: dict[str, Any]) -> BenchmarkGate | None:

@@ -1,5 +1,10 @@
-"""Action `specdeploy_verify`: the shipped testinfra checks (specdeploy.verify) against this host,
-over real SSH with the inventory's own settings. Failed with each failing check named. Thin."""
+"""Action `specdeploy_verify`: run the shipped testinfra checks (specdeploy.verify) against this host.
+
+The checks run on the controller over real SSH with the inventory's own settings; of the host's variables,
+only those the checks read are templated, so no secret is resolved. The task fails with each failing check
+named and the first reasons; it never changes the host. No options: what is checked follows from the
+host's variables. Thin: the logic is in specdeploy.verify.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ _SUMMARY = re.compile(r"^=+ (?P<summary>.*(?:passed|failed|error|skipped).*) =+$
 
 
 class ActionModule(SpecdeployAction):
+    CHANGES_HOSTS = False  # reads and checks only (check mode runs it)
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:

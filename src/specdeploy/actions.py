@@ -27,9 +27,17 @@ display = Display()
 class SpecdeployAction(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
     ARGUMENTS: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Check mode promises no change, and none of these actions can act half-way: one that changes a
+    # host refuses check mode (failed, saying what to run) rather than building or rolling out for
+    # real. The read-only ones set this False and run as usual.
+    CHANGES_HOSTS: ClassVar[bool] = True
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
+        if self._task.check_mode and self.CHANGES_HOSTS:
+            return {**result, "failed": True, "changed": False,
+                    "msg": f"{self._task.action} changes the host and has no check mode: run without --check, or "
+                           "only the phases that read (--tags preflight)"}  # fmt: skip
         self.task_vars = task_vars or {}
         _, args = self.validate_argument_spec(argument_spec=self.ARGUMENTS)
         try:

@@ -300,7 +300,11 @@ def _add_deploy_commands(sub: Any) -> None:
     dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
     _add_target_args(dep)
     dep.add_argument("--tags", help="phases to run: preflight,provision,engine_image,deploy,verify")
-    dep.add_argument("--check", action="store_true", help="Ansible check mode: report, change nothing")
+    dep.add_argument(
+        "--check",
+        action="store_true",
+        help="Ansible check mode: report, change nothing (the image build and the rollout refuse it)",
+    )
     dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
     dep.add_argument("--fleet", action="store_true", help=argparse.SUPPRESS)

@@ -146,7 +146,8 @@ def test_no_module_defines_a_shared_name_or_a_release_boundary_again():
     found = []
     for path in _files(("src/specdeploy/**/*.py", "testbed/**/*.py", "ansible/**/*.py")):
         rel = str(path.relative_to(ROOT))
-        if rel in owners | PENDING:
+        # ansible/library: documentation generated from the action plugins (make generate), whose defaults these are.
+        if rel in owners | PENDING or rel.startswith("ansible/library/"):
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if any(re.search(p, line) for p in PYTHON_DEFINITIONS):
