@@ -19,7 +19,8 @@ from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import state_dir
 from specdeploy.playbook import run_playbook
-from specdeploy.report import html as report_html
+from specdeploy.report import pages as report_pages
+from specdeploy.report.reading import DEFAULT_LAST as REPORT_LAST
 from specdeploy.serve import endpoint
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
@@ -218,7 +219,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else state_dir() / "report"
-    written = report_html.write_report(state_dir() / "runs", out, last=args.last)
+    written = report_pages.write_report(state_dir() / "runs", out, last=args.last)
     for path in written:
         print(path)
     print(f"open it: xdg-open {written[0]}")
@@ -349,8 +350,8 @@ def _add_serving_commands(sub: Any) -> None:
 
     rep = sub.add_parser("report", help="an HTML page per host of its rollouts: verdicts, benchmark gate, plots")
     rep.add_argument("--out", help="folder for index.html and <host>.html (default .state/report)")
-    rep.add_argument("--last", type=_positive_int, default=report_html.DEFAULT_LAST,
-                     help=f"rollouts per host (default {report_html.DEFAULT_LAST})")  # fmt: skip
+    rep.add_argument("--last", type=_positive_int, default=REPORT_LAST,
+                     help=f"rollouts per host (default {REPORT_LAST})")  # fmt: skip
     rep.set_defaults(func=cmd_report)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from specdeploy.records import (
     BENCH_FILE,
-    BENCH_SCHEMA,
     CONTAINER_FILE,
     PERCENTILES,
     VERDICT_FILE,
@@ -24,16 +23,14 @@ from specdeploy.records import (
     container_image,
     host_folders,
     measured,
-    parse_bench,
-    parse_figures,
     read_bench,
     read_verdict,
     rollout_runs,
 )
 
-# The record types and parsers the report's callers have imported from here (report.html).
-__all__ = ["BENCH_SCHEMA", "DEFAULT_LAST", "PERCENTILES", "Bench", "Gate", "HostHistory", "Stage", "WatchedRollout",
-           "measured", "parse_bench", "parse_figures", "read_host", "read_rollout", "read_runs"]  # fmt: skip
+# The report's view of the records; the records themselves are specdeploy.records'.
+__all__ = ["DEFAULT_LAST", "PERCENTILES", "Bench", "Gate", "HostHistory", "Stage", "WatchedRollout", "measured",
+           "read_host", "read_rollout", "read_runs"]  # fmt: skip
 
 DEFAULT_LAST = 20
 _RUN_TIME = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})")
