@@ -41,7 +41,7 @@ def serving_variable_problems(values: dict[str, Any]) -> list[str]:
 
 def serving_checked_names(names: list[str]) -> list[str]:
     """The variables among NAMES that serving_variable_problems checks (never the API key)."""
-    return [n for n in names if n in serving_variables.RULES]
+    return [n for n in names if n in serving_schema.RULES]
 
 
 def serving_config_names(names: list[str]) -> list[str]:

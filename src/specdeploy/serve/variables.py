@@ -10,8 +10,6 @@ from typing import Any
 
 from specdeploy.serve.schema import RULES
 
-__all__ = ["RULES", "problems", "remote_code_warnings"]
-
 
 def problems(values: Mapping[str, Any]) -> list[str]:
     """One sentence per bad value: `serving_port=70000: must be a whole number from 1 to 65535`."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdeploy.serve.variables import RULES, problems
+from specdeploy.serve.schema import RULES
+from specdeploy.serve.variables import problems
 
 DEFAULTS = yaml.safe_load((Path(__file__).parents[3] / "roles/serving/defaults/main.yml").read_text())
 
