@@ -210,7 +210,7 @@ def pick_release(client: httpx.Client, package: str, torch: str) -> tuple[str, l
 
 
 def machine_packages(path: Path) -> dict[str, str]:
-    """The GPU machine's `pip freeze` (name==version lines), captured there by on_device.py probe."""
+    """The GPU machine's `pip freeze` (name==version lines), captured there by gpu_truth/probe.sh."""
     out = {}
     for line in path.read_text().splitlines():
         if "==" in line and not line.startswith("#"):
@@ -434,7 +434,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine", choices=sorted(RECIPES))
     parser.add_argument("--machine", type=Path, default=ROOT / "gpu_truth" / "machines" / "nvidia-h200.txt",
-                        help="the GPU machine's pip freeze (on_device.py probe writes it)")  # fmt: skip
+                        help="the GPU machine's pip freeze (gpu_truth/probe.sh reads it there)")  # fmt: skip
     parser.add_argument("--torch", help="the machine's torch (default: from --machine)")
     args = parser.parse_args()
     out = build(args.engine, args.machine, args.torch)
