@@ -50,3 +50,17 @@ def render(values: dict[str, Any]) -> dict[str, Any]:
             if pending(value) and not any(pending(values.get(n)) for n in named(value)):
                 values[name] = env.from_string(value).render(values)
     return values
+
+
+def role_vars(inventory: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The serving role's defaults (and the play's specdeploy_defaults) under the inventory's
+    group_vars, templated as Ansible would (our filters too)."""
+    return render({**role_defaults("specdeploy_defaults", "serving"), **group_vars(inventory),
+                   "engine_image_tag": "specdeploy/engine:t", "ansible_host": "h", **extra})  # fmt: skip
+
+
+def by_declaration(values: dict[str, Any]) -> dict[str, Any]:
+    """What roles/serving/tasks/check.yml does: the varnames query, our names filter, the vars lookup,
+    our config filter."""
+    names = FILTERS["specdeploy_serving_config_names"]([n for n in values if n.startswith("serving_")])
+    return dict(FILTERS["specdeploy_serving_config"]({n: values[n] for n in names}))

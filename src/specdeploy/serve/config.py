@@ -14,7 +14,7 @@ from typing import Any
 
 from specdeploy import names
 from specdeploy.engine_image.profiles import DRAFTER_DIR
-from specdeploy.serve import loaders, variables
+from specdeploy.serve import engine_words, loaders, variables
 from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
 from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
 
@@ -61,10 +61,19 @@ class ServingConfig:
     trust_remote_code: bool = DEFAULT["trust_remote_code"]
     tool_call_parser: str = DEFAULT["tool_call_parser"]
     reasoning_parser: str = DEFAULT["reasoning_parser"]
-    # SGLang on SM120: sglang-kernel's FA3/FlashMLA libraries carry no sm_120 code
-    # (engine_image.sgl_kernel reads them), so the target's and the draft's backends are set explicitly.
+    # The SM120 recipe, each in the engine's own words (serve.engine_words): on SM120 sglang-kernel's
+    # FA3/FlashMLA libraries carry no sm_120 code, and vLLM's drafter never inherits the target's backend.
     attention_backend: str = DEFAULT["attention_backend"]
     draft_attention_backend: str = DEFAULT["draft_attention_backend"]
+    kv_cache_dtype: str = DEFAULT["kv_cache_dtype"]
+    draft_kv_cache_dtype: str = DEFAULT["draft_kv_cache_dtype"]
+    expert_parallel: bool = DEFAULT["expert_parallel"]
+    gpu_memory_fraction: float | None = DEFAULT["gpu_memory_fraction"]
+    max_batched_tokens: int | None = DEFAULT["max_batched_tokens"]
+    max_running_requests: int | None = DEFAULT["max_running_requests"]
+    encoder_tp_mode: str = DEFAULT["encoder_tp_mode"]
+    language_model_only: bool = DEFAULT["language_model_only"]
+    pcie_allreduce: bool = DEFAULT["pcie_allreduce"]
     # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,
     # >= 0.18). A fleet host leaves the router first, so these are the last requests it serves.
     drain_timeout: int = DEFAULT["drain_timeout"]
@@ -108,15 +117,42 @@ class ServingConfig:
                 f"the API binds {self.bind_address}, off loopback, without an API key: set serving_api_key "
                 "(from ansible-vault: ansible-vault encrypt_string --name serving_api_key)"
             )
-        if self.engine == "vllm" and (self.attention_backend or self.draft_attention_backend):
-            out.append("serving_attention_backend / serving_draft_attention_backend are SGLang's flags; for vLLM set "
-                       "serving_env: {VLLM_ATTENTION_BACKEND: ...}")  # fmt: skip
+        out += self._recipe_problems()
         out += self._multi_node_problems()
         if self.load_format in loaders.LOADERS:  # an unknown one is said above, by its rule
             out += loaders.problems(self.load_format, self.engine, self.gpus)
         if any("api-key" in arg for arg in self.extra_args):
             out.append("pass the API key as serving_api_key (vault, never logged), not in serving_extra_args")
         return out
+
+    def _recipe_problems(self) -> list[str]:
+        """Each recipe value held to the pinned engine's own registry, and no flag or variable said twice."""
+        out, engine = [], self.engine
+        name = "vLLM" if engine == "vllm" else "SGLang"
+        backends = (("serving_attention_backend", self.attention_backend, False),
+                    ("serving_draft_attention_backend", self.draft_attention_backend, True))  # fmt: skip
+        for variable, value, draft in backends:
+            if value and engine_words.attention_backend(engine, value, draft) is None:
+                known = ", ".join(engine_words.attention_backends(engine, draft))
+                out.append(f"{variable}={value!r}: {name} has no such {'draft ' if draft else ''}attention backend "
+                           f"(its own: {known})")  # fmt: skip
+        dtypes = (("serving_kv_cache_dtype", self.kv_cache_dtype, False),
+                  ("serving_draft_kv_cache_dtype", self.draft_kv_cache_dtype, True))  # fmt: skip
+        for variable, value, draft in dtypes:
+            if value and engine_words.kv_cache_dtype(engine, value, draft) is None:
+                known = ", ".join(engine_words.kv_cache_dtypes(engine, draft))
+                out.append(f"{variable}={value!r}: {name} has no such {'draft ' if draft else ''}KV-cache dtype "
+                           f"(its own: {known})")  # fmt: skip
+        if self.speculative_method != "eagle3" and (self.draft_attention_backend or self.draft_kv_cache_dtype):
+            out.append(
+                "serving_draft_attention_backend / serving_draft_kv_cache_dtype apply to the drafter: "
+                "serving_speculative_method is none"
+            )
+        return [
+            *out,
+            *engine_words.owned_flag_problems(engine, self.extra_args),
+            *engine_words.owned_env_problems(self.env),
+        ]
 
     def _multi_node_problems(self) -> list[str]:
         if self.nnodes == 1:
@@ -174,15 +210,45 @@ class ServingConfig:
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.speculative_method == "eagle3":
-            spec = {"method": "eagle3", "model": self.drafter_path,
-                    "num_speculative_tokens": self.num_speculative_tokens, "draft_tensor_parallel_size": 1}  # fmt: skip
+            spec: dict[str, Any] = {"method": "eagle3", "model": self.drafter_path,
+                                    "num_speculative_tokens": self.num_speculative_tokens,
+                                    "draft_tensor_parallel_size": 1}  # fmt: skip
+            # The drafter's own backend and KV dtype live in the one speculative config: vLLM keeps
+            # only the last --speculative-config, so nothing else may say them.
+            if self.draft_attention_backend:
+                spec["attention_backend"] = engine_words.attention_backend("vllm", self.draft_attention_backend, True)
+            if self.draft_kv_cache_dtype:
+                spec["kv_cache_dtype"] = engine_words.kv_cache_dtype("vllm", self.draft_kv_cache_dtype, True)
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if self.drain_timeout:
             cmd += ["--shutdown-timeout", str(self.drain_timeout)]
         nccl = (str(a) for a in self.nccl.get("vllm_args", []))
-        return [*cmd, *self._model_code_args(), *self._loader_args(), *self._multi_node_args(), *nccl, *self.extra_args]
+        return [*cmd, *self._recipe_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
+                *nccl, *self.extra_args]  # fmt: skip
+
+    def _recipe_args(self) -> list[str]:
+        """The recipe's flags in the engine's words (checked by _recipe_problems first)."""
+        vllm, args = self.engine == "vllm", []
+        if self.attention_backend and vllm:  # (SGLang's sits beside its draft backend, as it served on the H200)
+            args += ["--attention-backend", str(engine_words.attention_backend("vllm", self.attention_backend))]
+        if self.kv_cache_dtype:
+            args += ["--kv-cache-dtype", str(engine_words.kv_cache_dtype(self.engine, self.kv_cache_dtype))]
+        if self.expert_parallel:
+            args += ["--enable-expert-parallel"] if vllm else ["--ep-size", str(self.tensor_parallel_size)]
+        if self.gpu_memory_fraction:
+            args += ["--gpu-memory-utilization" if vllm else "--mem-fraction-static", f"{self.gpu_memory_fraction:g}"]
+        if self.max_batched_tokens:
+            args += ["--max-num-batched-tokens" if vllm else "--chunked-prefill-size", str(self.max_batched_tokens)]
+        if self.max_running_requests:
+            args += ["--max-num-seqs" if vllm else "--max-running-requests", str(self.max_running_requests)]
+        if self.encoder_tp_mode:
+            dp_flag = "--mm-enable-dp-encoder" if self.encoder_tp_mode == "data" else "--no-mm-enable-dp-encoder"
+            args += ["--mm-encoder-tp-mode", self.encoder_tp_mode] if vllm else [dp_flag]
+        if self.language_model_only:
+            args += ["--language-model-only"]
+        return args
 
     def _network(self) -> dict[str, Any]:
         if self.host_network:
@@ -234,13 +300,18 @@ class ServingConfig:
             cmd += ["--attention-backend", self.attention_backend]
         if self.draft_attention_backend and self.speculative_method == "eagle3":
             cmd += ["--speculative-draft-attention-backend", self.draft_attention_backend]
-        return [*cmd, *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
+        if self.draft_kv_cache_dtype and self.speculative_method == "eagle3":
+            word = engine_words.kv_cache_dtype("sglang", self.draft_kv_cache_dtype, True)
+            cmd += ["--speculative-draft-kv-cache-dtype", str(word)]
+        return [*cmd, *self._recipe_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
                 *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
         found = loaders.loader(self.load_format)
         env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()},
                **(found.environment(self.page_cache_warmed) if found else {}), **self.env}  # fmt: skip
+        if self.pcie_allreduce:
+            env[engine_words.PCIE_ALLREDUCE_ENV[self.engine]] = "1"
         if self.api_key:  # both engines read it from the environment: never on the command line
             env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
         return env

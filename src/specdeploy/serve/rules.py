@@ -84,6 +84,14 @@ def parser_name(value: Any) -> str | None:
     )
 
 
+def backend_name(value: Any) -> str | None:
+    """A name in an engine's registry (TRITON_MLA, triton, fp8_e4m3: engine_words checks which), or empty."""
+    if value in ("", None):
+        return None
+    return None if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_]{1,40}", value) else (
+        "a backend or dtype name as the engine registers it (letters, digits, _), or empty")  # fmt: skip
+
+
 def size(value: Any) -> str | None:
     return None if isinstance(value, str | int) and _SIZE.match(str(value)) else "a size such as 16g, 512m or bytes"
 
@@ -103,7 +111,7 @@ def ip_address(value: Any) -> str | None:
 
 def argument_list(value: Any) -> str | None:
     if isinstance(value, str):
-        return "a list of arguments, one item each, e.g. ['--enforce-eager', '--max-num-seqs', '8'] (a string becomes one argument with its spaces in it)"  # noqa: E501
+        return "a list of arguments, one item each, e.g. ['--enforce-eager', '--seed', '0'] (a string becomes one argument with its spaces in it)"  # noqa: E501
     if not isinstance(value, list) or not all(isinstance(a, str | int | float) for a in value):
         return "a list of strings"
     if any(_SECRET_ARG.match(str(a)) for a in value):

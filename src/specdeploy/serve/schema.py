@@ -17,10 +17,12 @@ from typing import Any
 from specdeploy import names
 from specdeploy.gpu import p2p
 from specdeploy.serve import loaders
+from specdeploy.serve.engine_words import ENCODER_TP_MODES
 from specdeploy.serve.rules import (
     Check,
     absolute_path,
     argument_list,
+    backend_name,
     boolean,
     choice,
     environment,
@@ -182,13 +184,48 @@ KNOBS: tuple[Knob, ...] = (
             parser_name),
     _engine("reasoning_parser", "str", "", "The engine's reasoning parser (kimi_k2 for Kimi-K2.5); empty for none.",
             parser_name),
+    # The SM120 recipe (docs/serve.md#the-recipe-for-sm120), each value in the pinned engine's own words
+    # (specdeploy.serve.engine_words holds them, read from the releases) and refused before any host is touched.
     _engine("attention_backend", "str", "",
-            "SGLang's --attention-backend (triton on SM120); empty for the engine's choice.", parser_name,
-            note="SGLang only: the target's and the draft's attention backends (triton on SM120: sglang-kernel's FA3\n"
-                 "and FlashMLA libraries carry no sm_120 code). Empty: the engine's choice."),
+            "The target's attention backend in the engine's words (SM120: vLLM TRITON_MLA, SGLang triton).",
+            backend_name,
+            note="The target's and the drafter's attention backends, each in the engine's own words: vLLM's\n"
+                 "AttentionBackendEnum (TRITON_MLA on SM120: --attention-backend, and the speculative config's\n"
+                 "attention_backend: the drafter never inherits the target's), SGLang's --attention-backend and\n"
+                 "--speculative-draft-attention-backend (triton on SM120: sglang-kernel's FA3 and FlashMLA carry\n"
+                 "no sm_120 code). Empty: the engine's choice."),
     _engine("draft_attention_backend", "str", "",
-            "SGLang's --speculative-draft-attention-backend (triton on SM120); empty for the engine's choice.",
-            parser_name),
+            "The drafter's attention backend in the engine's words; empty for the engine's choice.", backend_name),
+    _engine("kv_cache_dtype", "str", "",
+            "KV-cache dtype, one value for both engines (fp8 is fp8_e4m3 in SGLang's words); empty for auto.",
+            backend_name, late=True,
+            note="KV-cache dtype of the target and of the drafter (vLLM's speculative config kv_cache_dtype,\n"
+                 "SGLang's --speculative-draft-kv-cache-dtype; empty: the target's): one value, translated into\n"
+                 "each engine's words (fp8 -> SGLang fp8_e4m3) and refused where the engine lacks it."),
+    _engine("draft_kv_cache_dtype", "str", "", "The drafter's KV-cache dtype; empty for the target's.",
+            backend_name, late=True),
+    _engine("expert_parallel", "bool", False,
+            "Expert parallelism over the tensor-parallel ranks (vLLM --enable-expert-parallel, SGLang --ep-size).",
+            boolean, late=True),
+    _engine("gpu_memory_fraction", "float", 0,
+            "GPU memory the engine may take, a fraction (--gpu-memory-utilization, --mem-fraction-static); 0: default.",
+            number(0, 1), late=True,
+            coerce=lambda value: float(value) if value else None),
+    _engine("max_batched_tokens", "int", 0,
+            "Tokens one step takes (--max-num-batched-tokens, SGLang --chunked-prefill-size); 0: default.",
+            integer(0), late=True, coerce=lambda value: int(value) if value else None),
+    _engine("max_running_requests", "int", 0,
+            "Requests served at once (vLLM --max-num-seqs, SGLang --max-running-requests); 0 for the engine's default.",
+            integer(0), late=True, coerce=lambda value: int(value) if value else None),
+    _engine("encoder_tp_mode", "str", "",
+            "The vision encoder under TP: weights (sharded) or data (a copy per rank); empty for the engine's default.",
+            late=True, choices=("", *ENCODER_TP_MODES)),
+    _engine("language_model_only", "bool", False,
+            "Serve the language model only, no vision encoder (--language-model-only on both engines).", boolean,
+            late=True),
+    _engine("pcie_allreduce", "bool", False,
+            "FlashInfer's PCIe IPC all-reduce for TP 2/4/8 (an opt-in of both engines, by environment).",
+            boolean, late=True),
     _engine("drain_timeout", "int", 0,
             "Seconds a stopped engine may finish in-flight requests (vLLM --shutdown-timeout); 0 for none.",
             integer(0, 3600),

@@ -14,7 +14,7 @@ import yaml
 from specdeploy.serve import generate, schema
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.variables import problems
-from tests.unit.templating import FILTERS, group_vars, render, role_defaults
+from tests.unit.templating import by_declaration, role_vars
 
 ROOT = Path(__file__).parents[3]
 ROLE = ROOT / "roles/serving"
@@ -54,7 +54,8 @@ def test_generate_check_fails_on_drift_and_writing_fixes_it(tmp_path, capsys):
     assert generate.main(["--check", "--role", str(role)]) == 0
 
 
-TYPES = {"int": {"int"}, "int | None": {"int"}, "str": {"str", "path"}, "str | None": {"str"}, "bool": {"bool"},
+TYPES = {"int": {"int"}, "int | None": {"int"}, "float | None": {"float"}, "str": {"str", "path"},
+         "str | None": {"str"}, "bool": {"bool"},
          "tuple[str, ...]": {"list"}, "dict[str, str]": {"dict"}, "dict[str, Any]": {"dict"}}  # fmt: skip
 
 
@@ -97,6 +98,9 @@ HAND_KEPT = ["engine", "image", "model_path", "served_model_name", "tensor_paral
              "memlock_bytes:int", "stack_bytes:int", "nccl", "trust_remote_code:bool", "tool_call_parser",
              "reasoning_parser", "drain_timeout", "attention_backend", "draft_attention_backend", "nnodes", "node_rank",
              "master_addr", "master_port", "load_format"]  # fmt: skip
+# Knobs added since (issue 26's recipe), out of the digest at their defaults: the digests below hold.
+RECIPE = {"kv_cache_dtype", "draft_kv_cache_dtype", "expert_parallel", "gpu_memory_fraction", "max_batched_tokens",
+          "max_running_requests", "encoder_tp_mode", "language_model_only", "pcie_allreduce"}  # fmt: skip
 PCIE = {"env": {"NCCL_P2P_DISABLE": "1"}, "vllm_args": ["--disable-custom-all-reduce"],
         "sglang_args": ["--disable-custom-all-reduce"], "reason": "8 GPUs joined only by PCIe"}  # fmt: skip
 # Digests computed with the code before issue 25 (the hand-kept mapping, its defaults/main.yml and
@@ -112,13 +116,17 @@ BEFORE = {
 }
 EXTRA = {"": {}, "pcie": {"preflight_nccl": PCIE}, "sglang": {"specdeploy_engine": "sglang"},
          "key": {"serving_bind_address": "0.0.0.0", "serving_api_key": "sk-x"}}  # fmt: skip
-
-
-def role_vars(inventory: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The role's defaults (and the play's specdeploy_defaults) under the inventory's group_vars,
-    templated as Ansible would (our filters too)."""
-    return render({**role_defaults("specdeploy_defaults", "serving"), **group_vars(inventory),
-                   "engine_image_tag": "specdeploy/engine:t", "ansible_host": "h", **extra})  # fmt: skip
+# The local inventory as it was then: its --max-num-seqs became serving_max_running_requests (issue 26).
+# The example's SM120 recipe came with them too.
+THEN = {
+    "local": {"serving_extra_args": ["--enforce-eager", "--max-num-seqs", "4"], "serving_max_running_requests": 0},
+    "example-8gpu": {
+        "serving_attention_backend": "",
+        "serving_draft_attention_backend": "",
+        **{f"serving_{k}": schema.BY_FIELD[k].default for k in RECIPE},
+        "serving_load_format": "",
+    },
+}
 
 
 def hand_kept(values: dict[str, Any]) -> dict[str, Any]:
@@ -130,19 +138,13 @@ def hand_kept(values: dict[str, Any]) -> dict[str, Any]:
     return {**out, "page_cache_warmed": str(values["serving_warm_page_cache"]).lower() in ("true", "yes", "1")}
 
 
-def by_declaration(values: dict[str, Any]) -> dict[str, Any]:
-    """What check.yml does now: the varnames query, our names filter, the vars lookup, our config filter."""
-    names = FILTERS["specdeploy_serving_config_names"]([n for n in values if n.startswith("serving_")])
-    return FILTERS["specdeploy_serving_config"]({n: values[n] for n in names})
-
-
 @pytest.mark.parametrize(("inventory", "extra"), BEFORE, ids=[f"{i}{'+' if e else ''}{e}" for i, e in BEFORE])
 def test_the_role_renders_every_engine_as_the_hand_kept_mapping_did(inventory, extra):
-    values = role_vars(inventory, EXTRA[extra])
+    values = role_vars(inventory, {**EXTRA[extra], **THEN.get(inventory, {})})
     assert problems({k: v for k, v in values.items() if k in schema.RULES}) == []
     collected = by_declaration(values)
     old = hand_kept(values)
-    assert set(collected) == set(old) | {"page_cache_warmed"} and "api_key" not in collected
+    assert set(collected) == set(old) | {"page_cache_warmed"} | RECIPE and "api_key" not in collected
     now = ServingConfig.from_vars({**collected, "api_key": values["serving_api_key"]})
     then = ServingConfig.from_vars({**old, "api_key": values["serving_api_key"]})
     assert now == then and now.container_kwargs("sha256:i") == then.container_kwargs("sha256:i")

@@ -10,6 +10,7 @@ import yaml
 
 from specdeploy.serve.schema import RULES
 from specdeploy.serve.variables import problems
+from tests.unit.templating import by_declaration, role_vars
 
 DEFAULTS = yaml.safe_load((Path(__file__).parents[3] / "roles/serving/defaults/main.yml").read_text())
 
@@ -98,17 +99,17 @@ def test_the_example_inventory_serves_kimi_k25_as_its_model_card_asks():
     """Rendered for both pinned engines: remote code trusted, the kimi_k2 tool-call and reasoning parsers."""
     from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
 
-    example = yaml.safe_load((Path(__file__).parents[3] / "inventories/example-8gpu/group_vars/all.yml").read_text())
-    serving = {k: v for k, v in example.items() if k.startswith("serving_")}
-    assert problems(serving) == [], problems(serving)
-    fields = {k.removeprefix("serving_"): v for k, v in serving.items()}
     for engine in ("vllm", "sglang"):
-        cmd = ServingConfig.from_vars({**fields, "engine": engine, "image": "i"}).command()
+        values = role_vars("example-8gpu", {"specdeploy_engine": engine})
+        assert problems({k: v for k, v in values.items() if k in RULES}) == []
+        config = ServingConfig.from_vars(by_declaration(values))
+        assert config.problems() == [], config.problems()
+        cmd = config.command()
         assert "--trust-remote-code" in cmd, (engine, cmd)
         assert cmd[cmd.index("--tool-call-parser") + 1] == "kimi_k2", (engine, cmd)
         assert cmd[cmd.index("--reasoning-parser") + 1] == "kimi_k2", (engine, cmd)
         assert cmd[cmd.index("--tensor-parallel-size" if engine == "vllm" else "--tp-size") + 1] == "8"
-    vllm = ServingConfig.from_vars({**fields, "engine": "vllm", "image": "i"}).command()
+    vllm = ServingConfig.from_vars(by_declaration(role_vars("example-8gpu", {"specdeploy_engine": "vllm"}))).command()
     assert "--enable-auto-tool-choice" in vllm  # vLLM serves tool calls only with it
     plain = ServingConfig.from_vars({"engine": "vllm", "image": "i", "model_path": "/m", "served_model_name": "m"})
     assert not {"--trust-remote-code", "--tool-call-parser", "--reasoning-parser"} & set(plain.command())
@@ -127,7 +128,7 @@ def test_a_model_with_custom_code_and_no_trust_gets_a_warning():
     assert remote_code_warnings(None, False) == [] and remote_code_warnings("not json", False) == []
 
 
-def test_sglang_attention_backends_for_sm120_render_and_vllm_refuses_them():
+def test_sglang_attention_backends_for_sm120_render_and_vllm_refuses_names_outside_its_registry():
     from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
 
     base = {"image": "i", "model_path": "/m", "served_model_name": "m", "attention_backend": "triton",
@@ -135,5 +136,6 @@ def test_sglang_attention_backends_for_sm120_render_and_vllm_refuses_them():
     cmd = ServingConfig.from_vars({**base, "engine": "sglang"}).command()
     assert cmd[cmd.index("--attention-backend") + 1] == "triton"
     assert cmd[cmd.index("--speculative-draft-attention-backend") + 1] == "triton"
-    (problem,) = ServingConfig.from_vars({**base, "engine": "vllm"}).problems()
-    assert "SGLang's flags" in problem and "VLLM_ATTENTION_BACKEND" in problem
+    target, draft = ServingConfig.from_vars({**base, "engine": "vllm"}).problems()
+    assert target.startswith("serving_attention_backend='triton': vLLM has no such attention backend (its own: ")
+    assert "TRITON_MLA" in target and draft.startswith("serving_draft_attention_backend='triton': vLLM has no such")

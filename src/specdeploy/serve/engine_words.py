@@ -1,0 +1,167 @@
+"""Each pinned engine's own words for the serving recipe: the values its parser and registries take,
+the flags and environment variables that say them, and the flags a typed variable owns.
+
+Read from the pinned releases' own source (vllm 0.33.0: `v1/attention/backends/registry.py`
+AttentionBackendEnum, `config/cache.py` CacheDType, `config/speculative.py` SpeculativeConfig,
+`envs.py`; sglang 0.5.23: `srt/arg_groups/choices.py`, `srt/arg_groups/fields/*.py`,
+`srt/environ.py`). tests/integration/test_engine_words.py reads the same declarations from the
+wheels and fails when a pin moves and a word here no longer matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# vLLM parses --attention-backend and the speculative config's attention_backend as
+# AttentionBackendEnum[value.upper()] (config/attention.py): the enum's member names.
+VLLM_ATTENTION_BACKENDS: tuple[str, ...] = (
+    "FLASH_ATTN", "FLASH_ATTN_DIFFKV", "TRITON_ATTN", "TRITON_ATTN_DIFFKV", "TRITON_FLASH_ATTN", "ROCM_ATTN",
+    "ROCM_SEGMENTED_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA", "ROCM_AITER_FA", "ROCM_AITER_MLA_SPARSE",
+    "XPU_MLA_SPARSE", "TORCH_SDPA", "FLASHINFER", "TRITON_FLASHINFER", "FLASHINFER_MLA", "TOKENSPEED_MLA",
+    "FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "TRITON_MLA", "CUTLASS_MLA",
+    "FLASHMLA", "FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "ROCM_FLASHMLA_SPARSE_DSV4",
+    "FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41", "ROCM_FLASHMLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41",
+    "B12X", "FLASH_ATTN_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4", "MINIMAX_M3_SPARSE", "CUTLASS_MSA",
+    "TRITON_MSA", "STEP5_DSA", "NO_ATTENTION", "FLEX_ATTENTION", "HPC_ATTN", "ROCM_AITER_UNIFIED_ATTN", "CPU_ATTN",
+    "CPU_MLA", "AMX_MLA", "TURBOQUANT", "ROCM_OCTAVE", "ULTRAQUANT", "CUSTOM",
+)  # fmt: skip
+# SGLang's --attention-backend choices (ATTENTION_BACKEND_CHOICES); its draft backend takes any
+# string at parse time and is checked later against DRAFT_ATTENTION_BACKEND_CHOICES.
+SGLANG_ATTENTION_BACKENDS: tuple[str, ...] = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4", "flashinfer",
+    "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops",
+    "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
+)  # fmt: skip
+SGLANG_DRAFT_ATTENTION_BACKENDS: tuple[str, ...] = (
+    "flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu",
+)  # fmt: skip
+
+# KV-cache dtypes: vLLM's CacheDType; SGLang's --kv-cache-dtype and --speculative-draft-kv-cache-dtype choices.
+VLLM_KV_CACHE_DTYPES: tuple[str, ...] = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3",
+    "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+    "nvfp4", "nvfp4_4over6",
+)  # fmt: skip
+SGLANG_KV_CACHE_DTYPES: tuple[str, ...] = (
+    "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
+)  # fmt: skip
+SGLANG_DRAFT_KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
+
+# One value in the inventory, said in each engine's words: vLLM's `fp8` is e4m3 on CUDA, a word
+# SGLang refuses (it wants fp8_e4m3). A value not listed here is taken as the engine's own word.
+_KV_SYNONYMS: dict[str, dict[str, str]] = {
+    "fp8": {"vllm": "fp8", "sglang": "fp8_e4m3"},
+    "bf16": {"vllm": "bfloat16", "sglang": "bf16"},
+}
+
+# vLLM's MultiModalConfig.mm_encoder_tp_mode; SGLang says `data` as --mm-enable-dp-encoder.
+ENCODER_TP_MODES: tuple[str, ...] = ("weights", "data")
+
+# The PCIe all-reduce opt-ins (FlashInfer's PCIe IPC all-reduce; TP 2/4/8, off by default in both).
+PCIE_ALLREDUCE_ENV: dict[str, str] = {
+    "vllm": "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC",
+    "sglang": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+}
+
+# The speculative-config keys vLLM's SpeculativeConfig takes that we render.
+VLLM_SPECULATIVE_KEYS: tuple[str, ...] = (
+    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "attention_backend", "kv_cache_dtype",
+)  # fmt: skip
+
+
+def attention_backends(engine: str, draft: bool = False) -> tuple[str, ...]:
+    if engine == "vllm":
+        return VLLM_ATTENTION_BACKENDS
+    return SGLANG_DRAFT_ATTENTION_BACKENDS if draft else SGLANG_ATTENTION_BACKENDS
+
+
+def attention_backend(engine: str, value: str, draft: bool = False) -> str | None:
+    """VALUE in ENGINE's words (vLLM upper-cases it, as its parser does), or None: it has no such backend."""
+    word = value.upper() if engine == "vllm" else value
+    return word if word in attention_backends(engine, draft) else None
+
+
+def kv_cache_dtypes(engine: str, draft: bool = False) -> tuple[str, ...]:
+    if engine == "vllm":
+        return VLLM_KV_CACHE_DTYPES
+    return SGLANG_DRAFT_KV_CACHE_DTYPES if draft else SGLANG_KV_CACHE_DTYPES
+
+
+def kv_cache_dtype(engine: str, value: str, draft: bool = False) -> str | None:
+    """VALUE in ENGINE's words (fp8 -> fp8_e4m3 for SGLang), or None: the engine has no such dtype."""
+    word = _KV_SYNONYMS.get(value, {}).get(engine, value)
+    return word if word in kv_cache_dtypes(engine, draft) else None
+
+
+# Flags a typed serving variable owns: passing one through serving_extra_args would fight the
+# variable (vLLM keeps the last --speculative-config, so a dotted one drops the method and drafter).
+_SPECULATIVE = (
+    "serving_speculative_method, serving_num_speculative_tokens, serving_draft_attention_backend, "
+    "serving_draft_kv_cache_dtype"
+)
+OWNED_FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "--speculative-config": _SPECULATIVE,
+        "-sc": _SPECULATIVE,
+        "--attention-backend": "serving_attention_backend",
+        "--attention-config": "serving_attention_backend",
+        "-ac": "serving_attention_backend",
+        "--kv-cache-dtype": "serving_kv_cache_dtype",
+        "--enable-expert-parallel": "serving_expert_parallel",
+        "-ep": "serving_expert_parallel",
+        "--gpu-memory-utilization": "serving_gpu_memory_fraction",
+        "--max-num-batched-tokens": "serving_max_batched_tokens",
+        "--max-num-seqs": "serving_max_running_requests",
+        "--mm-encoder-tp-mode": "serving_encoder_tp_mode",
+        "--language-model-only": "serving_language_model_only",
+        "--tensor-parallel-size": "serving_tensor_parallel_size",
+        "--max-model-len": "serving_max_model_len",
+        "--load-format": "serving_load_format",
+    },
+    "sglang": {
+        "--speculative-algorithm": "serving_speculative_method",
+        "--speculative-draft-model-path": "serving_speculative_method (the baked-in drafter)",
+        "--speculative-num-steps": "serving_num_speculative_tokens",
+        "--speculative-num-draft-tokens": "serving_num_speculative_tokens",
+        "--speculative-eagle-topk": "serving_num_speculative_tokens (a chain: top-k 1)",
+        "--attention-backend": "serving_attention_backend",
+        "--speculative-draft-attention-backend": "serving_draft_attention_backend",
+        "--kv-cache-dtype": "serving_kv_cache_dtype",
+        "--speculative-draft-kv-cache-dtype": "serving_draft_kv_cache_dtype",
+        "--ep-size": "serving_expert_parallel",
+        "--expert-parallel-size": "serving_expert_parallel",
+        "--ep": "serving_expert_parallel",
+        "--mem-fraction-static": "serving_gpu_memory_fraction",
+        "--chunked-prefill-size": "serving_max_batched_tokens",
+        "--max-running-requests": "serving_max_running_requests",
+        "--mm-enable-dp-encoder": "serving_encoder_tp_mode",
+        "--no-mm-enable-dp-encoder": "serving_encoder_tp_mode",
+        "--language-model-only": "serving_language_model_only",
+        "--tp-size": "serving_tensor_parallel_size",
+        "--context-length": "serving_max_model_len",
+        "--load-format": "serving_load_format",
+    },
+}
+
+# Environment variables a typed variable owns, or that the pinned engine no longer reads.
+OWNED_ENV: dict[str, str] = {
+    # vLLM 0.33 reads no VLLM_ATTENTION_BACKEND: it warns "Unknown vLLM environment variable" and ignores it.
+    "VLLM_ATTENTION_BACKEND": "serving_attention_backend (vLLM 0.33 reads no such variable: --attention-backend)",
+    **{name: "serving_pcie_allreduce" for name in PCIE_ALLREDUCE_ENV.values()},
+}
+
+
+def owned_flag_problems(engine: str, extra_args: tuple[str, ...]) -> list[str]:
+    """An extra argument that a typed variable owns, named with that variable."""
+    owned, out = OWNED_FLAGS.get(engine, {}), []
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        base = flag.split(".", 1)[0] if flag.startswith("--") else flag  # vLLM's dotted --speculative-config.x
+        if base in owned:
+            out.append(f"serving_extra_args: {flag} is said by {owned[base]}; set that instead (one owner per flag)")
+    return out
+
+
+def owned_env_problems(env: Mapping[str, str]) -> list[str]:
+    return [f"serving_env: {name} is said by {OWNED_ENV[name]}; set that instead" for name in env if name in OWNED_ENV]

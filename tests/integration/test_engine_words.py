@@ -1,0 +1,189 @@
+"""The serving recipe held to the pinned releases' own source (wheels from PyPI, cached under
+.state/wheels): every word specdeploy.serve.engine_words holds is the release's, and every flag,
+speculative-config key and environment variable the example inventory renders for each engine is
+one that engine declares.
+
+Neither engine's argparse can be imported here: both import torch (and SGLang triton) at module
+import, which a CPU-only CI without CUDA wheels cannot install. So the declarations are read as
+their parsers read them: vLLM's literal `add_argument("--flag")` calls and its frontend dataclass
+fields, SGLang's `A[..., Arg(cli_name=..., aliases=..., action=BooleanOptionalAction)]` fields
+that `add_cli_args_from_dataclass` turns into flags, and the literal flags `ServerArgs.add_cli_args`
+adds itself."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from specdeploy import pins
+from specdeploy.engine_image import wheels
+from specdeploy.serve import engine_words
+from specdeploy.serve.config import ServingConfig
+from tests.unit.templating import by_declaration, role_vars
+
+pytestmark = pytest.mark.integration
+
+# Every recipe knob on, opt-ins included, over the example inventory: each must render a flag the engine has.
+# Preflight's verdict for 8 PCIe GPUs with IOMMU on (specdeploy.gpu.checks) adds its flag and environment.
+PCIE = {"env": {"NCCL_P2P_DISABLE": "1"}, "vllm_args": ["--disable-custom-all-reduce"],
+        "sglang_args": ["--disable-custom-all-reduce"], "reason": "8 GPUs joined only by PCIe"}  # fmt: skip
+EVERYTHING = {"serving_expert_parallel": True, "serving_language_model_only": True, "serving_pcie_allreduce": True,
+              "serving_encoder_tp_mode": "data", "serving_drain_timeout": 30, "preflight_nccl": PCIE}  # fmt: skip
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _class(tree: ast.Module, name: str) -> ast.ClassDef:
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+    assert found, f"class {name} is gone: re-read the release"
+    return found[0]
+
+
+def _module_assign(tree: ast.Module, name: str) -> ast.expr:
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:  # type: ignore[attr-defined]
+            return node.value  # type: ignore[attr-defined,no-any-return]
+    raise AssertionError(f"{name} is gone: re-read the release")
+
+
+def _literal_flags(tree: ast.AST) -> set[str]:
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "add_argument")
+    return {a.value for c in calls for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")}
+
+
+def _with_negations(flags: set[str]) -> set[str]:
+    return flags | {f"--no-{f[2:]}" for f in flags if f.startswith("--")}
+
+
+@pytest.fixture(scope="module")
+def vllm_site() -> Path:
+    return wheels.release_sources("vllm", pins.VLLM_CUDA)
+
+
+@pytest.fixture(scope="module")
+def sglang_site() -> Path:
+    return wheels.release_sources("sglang", pins.SGLANG_CUDA)
+
+
+def vllm_flags(site: Path) -> set[str]:
+    """`vllm serve`'s flags: EngineArgs' add_argument calls, the frontend's dataclass fields, make_arg_parser's."""
+    flags = _literal_flags(ast.parse((site / "vllm/engine/arg_utils.py").read_text()))
+    frontend = ast.parse((site / "vllm/entrypoints/common/cli_args.py").read_text())
+    for cls in ("BaseFrontendArgs", "FrontendArgs"):
+        body = _class(frontend, cls).body
+        flags |= {"--" + n.target.id.replace("_", "-") for n in body if isinstance(n, ast.AnnAssign)
+                  and isinstance(n.target, ast.Name)}  # fmt: skip
+    return _with_negations(flags | _literal_flags(frontend))
+
+
+def sglang_flags(site: Path) -> set[str]:
+    """The flags add_cli_args_from_dataclass makes of every field group, and add_cli_args' own."""
+    flags: set[str] = set()
+    for path in sorted((site / "sglang/srt/arg_groups/fields").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            ann = node.annotation
+            if not (isinstance(ann, ast.Subscript) and getattr(ann.value, "id", "") == "A"):
+                continue
+            meta = ann.slice.elts[1] if isinstance(ann.slice, ast.Tuple) else None
+            keywords = {k.arg: k.value for k in meta.keywords} if isinstance(meta, ast.Call) else {}
+            if isinstance(keywords.get("no_cli"), ast.Constant) and keywords["no_cli"].value is True:
+                continue
+            cli = keywords.get("cli_name")
+            name = cli.value if isinstance(cli, ast.Constant) else "--" + node.target.id.replace("_", "-")
+            names = {str(name), *(_strings(keywords["aliases"]) if "aliases" in keywords else [])}
+            if "BooleanOptionalAction" in ast.dump(keywords.get("action", ast.Constant(None))):
+                names |= {f"--no-{n[2:]}" for n in names}
+            flags |= names
+    server_args = ast.parse((site / "sglang/srt/server_args.py").read_text())
+    return flags | _literal_flags(_class(server_args, "ServerArgs"))
+
+
+def rendered(engine: str, **extra: object) -> ServingConfig:
+    values = role_vars("example-8gpu", {"specdeploy_engine": engine, **EVERYTHING, **extra})
+    config = ServingConfig.from_vars(by_declaration(values))
+    assert config.problems() == [], config.problems()
+    return config
+
+
+def flags_of(command: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in command if a.startswith("--")]
+
+
+def test_the_words_are_the_pinned_releases_own(vllm_site, sglang_site):
+    registry = ast.parse((vllm_site / "vllm/v1/attention/backends/registry.py").read_text())
+    members = [n.targets[0].id for n in _class(registry, "AttentionBackendEnum").body
+               if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)]  # fmt: skip
+    assert tuple(members) == engine_words.VLLM_ATTENTION_BACKENDS
+    cache = ast.parse((vllm_site / "vllm/config/cache.py").read_text())
+    assert tuple(_strings(_module_assign(cache, "CacheDType"))) == engine_words.VLLM_KV_CACHE_DTYPES
+    choices = ast.parse((sglang_site / "sglang/srt/arg_groups/choices.py").read_text())
+    assert (
+        tuple(_strings(_module_assign(choices, "ATTENTION_BACKEND_CHOICES"))) == engine_words.SGLANG_ATTENTION_BACKENDS
+    )
+    draft = tuple(_strings(_module_assign(choices, "DRAFT_ATTENTION_BACKEND_CHOICES")))
+    assert draft == engine_words.SGLANG_DRAFT_ATTENTION_BACKENDS
+    model = (sglang_site / "sglang/srt/arg_groups/fields/model.py").read_text()
+    spec = (sglang_site / "sglang/srt/arg_groups/fields/spec.py").read_text()
+    for source, field, words in (
+        (model, "kv_cache_dtype", engine_words.SGLANG_KV_CACHE_DTYPES),
+        (spec, "speculative_draft_kv_cache_dtype", engine_words.SGLANG_DRAFT_KV_CACHE_DTYPES),
+    ):
+        (node,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.AnnAssign)
+                   and getattr(n.target, "id", "") == field]  # fmt: skip
+        (given,) = [
+            k.value for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "choices"
+        ]
+        assert tuple(_strings(given)) == words, field
+    multimodal = ast.parse((vllm_site / "vllm/config/multimodal.py").read_text())
+    assert tuple(_strings(_module_assign(multimodal, "MMEncoderTPMode"))) == engine_words.ENCODER_TP_MODES
+    speculative = _class(ast.parse((vllm_site / "vllm/config/speculative.py").read_text()), "SpeculativeConfig")
+    fields = {n.target.id for n in speculative.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert set(engine_words.VLLM_SPECULATIVE_KEYS) <= fields, set(engine_words.VLLM_SPECULATIVE_KEYS) - fields
+
+
+def test_the_example_inventory_renders_only_flags_each_pinned_engine_declares(vllm_site, sglang_site):
+    declared = {"vllm": vllm_flags(vllm_site), "sglang": sglang_flags(sglang_site)}
+    # The parsers can still fail to be read: a handful of flags every serve takes must be found.
+    assert {"--tensor-parallel-size", "--host", "--tool-call-parser", "--no-enable-expert-parallel"} <= declared["vllm"]
+    assert {"--tp-size", "--host", "--tool-call-parser", "--no-mm-enable-dp-encoder", "--ep"} <= declared["sglang"]
+    for engine in ("vllm", "sglang"):
+        command = rendered(engine).command()
+        unknown = [f for f in flags_of(command) if f not in declared[engine]]
+        assert unknown == [], (engine, unknown, command)
+    for rank in (0, 1):  # the multi-node flags too (vLLM's rank 1 runs headless)
+        for engine in ("vllm", "sglang"):
+            nodes = {"serving_nnodes": 2, "serving_node_rank": rank, "serving_master_addr": "10.0.0.1"}
+            command = rendered(engine, **nodes).command()
+            assert [f for f in flags_of(command) if f not in declared[engine]] == [], (engine, rank, command)
+
+
+def test_the_speculative_config_and_environment_are_the_engines_own(vllm_site, sglang_site):
+    command = rendered("vllm").command()
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec["attention_backend"] == "TRITON_MLA" and spec["kv_cache_dtype"] == "fp8"
+    assert set(spec) <= set(engine_words.VLLM_SPECULATIVE_KEYS)
+    envs = _module_assign(ast.parse((vllm_site / "vllm/envs.py").read_text()), "environment_variables")
+    assert isinstance(envs, ast.Dict)
+    vllm_env = {k.value for k in envs.keys if isinstance(k, ast.Constant)}
+    # The variable the project once advised: vLLM 0.33 warns of it as unknown and ignores it.
+    assert "VLLM_ATTENTION_BACKEND" not in vllm_env
+    environ = (sglang_site / "sglang/srt/environ.py").read_text()
+    for engine, known in (
+        ("vllm", lambda name: name in vllm_env),
+        ("sglang", lambda name: f"    {name} = " in environ),
+    ):
+        env = rendered(engine).environment()
+        ours = [n for n in env if n.startswith(("VLLM_", "SGLANG_"))]
+        assert engine_words.PCIE_ALLREDUCE_ENV[engine] in ours
+        assert [n for n in ours if not known(n)] == [], (engine, ours)
+    sglang = rendered("sglang").command()
+    assert sglang[sglang.index("--kv-cache-dtype") + 1] == "fp8_e4m3"  # SGLang's word for vLLM's fp8
+    assert sglang[sglang.index("--speculative-draft-kv-cache-dtype") + 1] == "fp8_e4m3"
