@@ -29,6 +29,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, GateResult, hardware
+from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.records import STATE_DIR, HostRecords, Serving, host_runs, write_bench, write_prewarm
 from specdeploy.serve import rollout as rollouts
@@ -78,6 +79,34 @@ class Prewarm:
         folder = (verdict or {}).get("diagnostics")
         if self.report is not None and folder:
             write_prewarm(Path(folder), self.report)
+
+
+class _SaidGate:
+    """The benchmark gate as the rollout calls it: each measurement said, each report kept (bench.json)."""
+
+    def __init__(self, gate: BenchmarkGate, action: ActionModule, cfg: ServingConfig, args: dict[str, Any],
+                 diagnostics: Path) -> None:  # fmt: skip
+        self.gate, self.action, self.cfg, self.args, self.diagnostics = gate, action, cfg, args, diagnostics
+
+    def outgoing(self, container: Any, kept: dict[str, Any] | None) -> dict[str, Any]:
+        self.action.say(f"benchmark gate: measuring the outgoing {container.name} (out of the router) for an A/B")
+        measured = self.gate.outgoing(container, kept)
+        figures = measured.get("figures")
+        self.action.say(f"benchmark gate: outgoing {Figures.from_dict(figures).summary()}" if figures
+                        else f"benchmark gate: {measured.get('note')}")  # fmt: skip
+        return measured
+
+    def __call__(self, container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None,
+                 outgoing: dict[str, Any] | None) -> GateResult:  # fmt: skip
+        gate = self.gate
+        self.action.say(f"benchmark gate: vllm bench serve in {container.name} (budget {gate.settings.budget_s:.0f} "
+                        f"s, on {gate.hardware})")  # fmt: skip
+        result = gate(container, verdict, kept, outgoing)
+        self.action.say(result.message)
+        folder = Path(str(verdict.get("diagnostics") or self.diagnostics))
+        write_bench(folder, result.report, self.action.host_name, self.args["image"],
+                    image_id=str(container.attrs.get("Image", "")), config_digest=self.cfg.digest())  # fmt: skip
+        return result
 
 
 class ActionModule(SpecdeployAction):
@@ -194,20 +223,7 @@ class ActionModule(SpecdeployAction):
     def recorded(self, cfg: ServingConfig, args: dict[str, Any], diagnostics: Path) -> Gate | None:
         """The gate of a deploy, saying what it does and keeping its report beside the watch's verdict.json."""
         gate = self.gate(cfg, args["bench"]) if args["action"] == "deploy" else None
-        if gate is None:
-            return None
-
-        def benchmark(container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None) -> GateResult:
-            self.say(f"benchmark gate: vllm bench serve in {container.name} (budget {gate.settings.budget_s:.0f} "
-                     f"s, on {gate.hardware})")  # fmt: skip
-            result = gate(container, verdict, kept)
-            self.say(result.message)
-            folder = Path(str(verdict.get("diagnostics") or diagnostics))
-            write_bench(folder, result.report, self.host_name, args["image"],
-                        image_id=str(container.attrs.get("Image", "")), config_digest=cfg.digest())  # fmt: skip
-            return result
-
-        return benchmark
+        return None if gate is None else _SaidGate(gate, self, cfg, args, diagnostics)
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})

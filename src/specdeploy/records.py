@@ -229,6 +229,9 @@ class Bench:
     figures: Figures
     previous: Figures | None
     gate: Gate
+    # What `previous` is: "outgoing" (the version replaced, measured just before it stopped), "record"
+    # (the last promoted version's figures), "none"; "" in files from before the A/B.
+    comparison: str = ""
 
 
 def write_bench(folder: Path, report: Mapping[str, Any], host: str, image: str, *, image_id: str = "",
@@ -285,6 +288,7 @@ def parse_figures(data: object) -> Figures:
         acceptance_rate=_optional_float(data, "acceptance_rate"),
         acceptance_length=_optional_float(data, "acceptance_length"),
         per_position_acceptance=[float(p) for p in positions],
+        host_load=_optional_float(data, "host_load"),
     )
 
 
@@ -318,6 +322,7 @@ def parse_bench(data: object) -> Bench | Gate:
         figures=parse_figures(data.get("figures")),
         previous=None if previous is None else parse_figures(previous),
         gate=judged,
+        comparison=_text(data.get("comparison")),
     )
 
 

@@ -142,8 +142,16 @@ def test_broken_patch_set_fails_the_build_at_verify_with_the_root_cause(host_wit
     # reinstalls the engine. Judged by the builder's log, not a wall-clock bound: on a slow CI disk,
     # copying the cached venv into the final stage alone took 72 s.
     build_log = Path(re.findall(r"build_log: (\S+)", run.output)[-1]).read_text()
+    wheelhouse = re.search(r"Step \d+/\d+ : ADD wheelhouse.tar .*\n(.*)", build_log)
     install = re.search(r"Step \d+/\d+ : RUN python3 -m venv /opt/engine .*\n(.*)", build_log)
-    assert install and "Using cache" in install[1], build_log[:3000]
+    assert wheelhouse and install, build_log[:3000]
+    # Docker reruns a step whose inputs changed: the install is owed to the cache only while the
+    # wheelhouse it reads is the same. Once in CI (stop 29) the wheelhouse layer itself was rebuilt
+    # between the two builds, and the install with it; the patch change is never the reason.
+    if "Using cache" in wheelhouse[1]:
+        assert "Using cache" in install[1], build_log[:3000]
+    else:
+        record_timing("broken patch set: the wheelhouse layer was not cached, so neither was the install", 0.0)
     build_seconds = float(re.search(r"seconds: ([\d.]+)", message)[1])
     record_timing("broken patch set: play failed after", seconds)
     record_timing("broken patch set: docker build failed at verify after", build_seconds)

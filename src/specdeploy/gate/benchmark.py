@@ -8,17 +8,31 @@ run folder (`bench.json`, specdeploy.records, what `make report` draws)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdeploy.gate import client
 from specdeploy.gate.figures import Figures
-from specdeploy.gate.rules import CALIBRATION_TOKENS, GateSettings, output_tokens, refusals
+from specdeploy.gate.rules import CALIBRATION_TOKENS, GateSettings, incomparable, output_tokens, refusals
 from specdeploy.records import BENCH_SCHEMA, utc_now
 
 # Read on the host: the accelerators a figure belongs to (the CPU where there is none: the test bed).
 HARDWARE_PROBE = ("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c "
                   "|| true; grep -m1 'model name' /proc/cpuinfo; nproc")  # fmt: skip
+
+
+# Read inside the engine's container: /proc/loadavg is the host kernel's, nproc the CPUs it may use.
+LOAD_PROBE = ["sh", "-c", "cut -d' ' -f1 /proc/loadavg; nproc"]
+
+
+def host_load(container: client.ExecContainer) -> float | None:
+    """The host's 1-minute load average per CPU, as the engine's container sees it (None: unreadable)."""
+    done = container.exec_run(LOAD_PROBE)
+    try:
+        load, cpus = (float(x) for x in bytes(done.output or b"").decode().split()[:2])
+    except ValueError:
+        return None
+    return round(load / cpus, 3) if done.exit_code == 0 and cpus > 0 else None
 
 
 def hardware(probe_output: str) -> str:
@@ -58,7 +72,35 @@ class BenchmarkGate:
     def _run(self, container: client.ExecContainer, texts: list[str], concurrency: int, tokens: int) -> Figures:
         bench = client.BenchRun(self.model_path, self.served_model_name, self.base_url, len(texts), concurrency,
                                 tokens, client.time_limit(self.settings.budget_s), self.trust_remote_code)  # fmt: skip
-        return client.run(container, bench, texts, self.api_key)
+        before = host_load(container)
+        figures = client.run(container, bench, texts, self.api_key)
+        after = host_load(container)
+        loads = [x for x in (before, after) if x is not None]
+        return replace(figures, host_load=round(sum(loads) / len(loads), 3) if loads else None)
+
+    def outgoing(self, container: client.ExecContainer, previous_kept: dict[str, Any] | None) -> dict[str, Any]:
+        """The outgoing version measured just before it stops (it has left the router): the workload
+        of its own record when there is one on this hardware, else sized as a first benchmark is. The
+        new version is then judged against these figures, an A/B under the same conditions; its
+        record stays as history. {"figures": None, "note": why} when it cannot be measured."""
+        if self.engine != "vllm":
+            return {"figures": None, "note": f"not built for {self.engine} yet"}
+        kept = self._kept(previous_kept)[0]
+        texts = client.prompts()
+        try:
+            concurrency, tokens = self._sizing(container, texts, kept)
+            figures = self._run(container, texts, concurrency, tokens)
+        except client.BenchFailed as exc:
+            return {"figures": None, "note": f"the outgoing version could not be measured: {exc}"}
+        return {"figures": figures.to_dict(), "hardware": self.hardware, "time": utc_now()}
+
+    def _kept(self, previous_kept: dict[str, Any] | None) -> tuple[Figures | None, str]:
+        """The last promoted version's figures if they were measured on this hardware, and a note."""
+        if not previous_kept or not previous_kept.get("figures"):
+            return None, "no earlier benchmark on this host: judged by the floor only"
+        if previous_kept.get("hardware") != self.hardware:
+            return None, f"the last promoted version was measured on other hardware ({previous_kept.get('hardware')})"
+        return Figures.from_dict(previous_kept["figures"]), "compared with the last promoted version's record"
 
     def _sizing(self, container: client.ExecContainer, texts: list[str], previous: Figures | None) -> tuple[int, int]:
         """(concurrency, tokens per request): the previous version's when there is one (the same
@@ -72,8 +114,11 @@ class BenchmarkGate:
         left = self.settings.budget_s - wall - max(0.0, wall - probe.duration_s)  # the main run starts up too
         return concurrency, output_tokens(self.settings, len(texts), probe.output_tokens_per_s, left)
 
-    def __call__(self, container: client.ExecContainer, verdict: dict[str, Any],
-                 previous_kept: dict[str, Any] | None) -> GateResult:  # fmt: skip
+    def __call__(self, container: client.ExecContainer, verdict: dict[str, Any], previous_kept: dict[str, Any] | None,
+                 outgoing: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
+        """Measure the READY engine and judge it: against OUTGOING (the version it replaces, measured
+        minutes ago under the same load) when that was measured, else against PREVIOUS_KEPT (the last
+        promoted version's record), whose throughput counts only if the host was as busy then."""
         start = time.monotonic()
         base = {"schema": BENCH_SCHEMA, "time": utc_now(), "hardware": self.hardware}
         if self.engine != "vllm":
@@ -81,12 +126,13 @@ class BenchmarkGate:
             return GateResult(True, message, None, {**base, "figures": None, "previous": None,
                               "gate": {"enabled": self.settings.enabled, "passed": True, "problems": [],
                                        "seconds": 0.0, "note": message}})  # fmt: skip
-        previous, note = None, "no earlier benchmark on this host: judged by the floor only"
-        if previous_kept and previous_kept.get("figures"):
-            if previous_kept.get("hardware") == self.hardware:
-                previous, note = Figures.from_dict(previous_kept["figures"]), "compared with the last promoted version"
-            else:
-                note = f"the last promoted version was measured on other hardware ({previous_kept.get('hardware')})"
+        record, note = self._kept(previous_kept)
+        previous, comparison = record, "record" if record else "none"
+        if outgoing and outgoing.get("figures"):
+            previous, comparison = Figures.from_dict(outgoing["figures"]), "outgoing"
+            note = "compared with the outgoing version, measured just before it stopped (same workload and hour)"
+        elif outgoing and outgoing.get("note"):
+            note = f"{outgoing['note']}; {note}"
         texts = client.prompts()
         figures: Figures | None = None
         concurrency, tokens = self.settings.concurrency, CALIBRATION_TOKENS
@@ -94,6 +140,9 @@ class BenchmarkGate:
             concurrency, tokens = self._sizing(container, texts, previous)
             figures = self._run(container, texts, concurrency, tokens)
             problems = refusals(figures, previous, self.settings, self.speculative)
+            why = incomparable(figures, previous) if previous else None
+            if why:  # said, not refused: the new version is not to blame for the machine's load
+                note += f"; tokens/s not compared: {why}"
         except client.BenchFailed as exc:
             problems = [f"the benchmark could not run: {exc}"]
         bench = client.BenchRun(self.model_path, self.served_model_name, self.base_url, len(texts), concurrency,
@@ -106,7 +155,9 @@ class BenchmarkGate:
         else:
             message = f"benchmark gate passed: {figures.summary() if figures else ''}; {note}"
         report = {**base, "figures": figures.to_dict() if figures else None,
-                  "previous": previous.to_dict() if previous else None, "command": client.describe(bench),
+                  "previous": previous.to_dict() if previous else None, "comparison": comparison,
+                  "record": record.to_dict() if record and comparison == "outgoing" else None,
+                  "command": client.describe(bench),
                   "gate": {"enabled": self.settings.enabled, "passed": passed, "problems": problems,
                            "seconds": seconds, "note": note}}  # fmt: skip
         kept = {"figures": figures.to_dict(), "hardware": self.hardware} if figures else None

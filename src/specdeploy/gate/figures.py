@@ -35,6 +35,9 @@ class Figures:
     acceptance_rate: float | None = None  # accepted / drafted tokens, a fraction
     acceptance_length: float | None = None  # 1 + accepted tokens per draft
     per_position_acceptance: list[float] = field(default_factory=list)
+    # The host's 1-minute load average per CPU around the run (None: not read): two throughputs
+    # measured under different loads do not compare (gate.rules.incomparable).
+    host_load: float | None = None
 
     @classmethod
     def from_vllm_bench(cls, doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
@@ -66,6 +69,8 @@ class Figures:
     def summary(self) -> str:
         acceptance = (f", acceptance {self.acceptance_rate:.0%}, mean length {self.acceptance_length:.2f}"
                       if self.acceptance_rate is not None and self.acceptance_length is not None else "")  # fmt: skip
+        load = f", host load {self.host_load:.2f}/CPU" if self.host_load is not None else ""
         return (f"{self.output_tokens_per_s:.1f} output tok/s, TTFT p50 {self.ttft_ms['p50']:.0f} ms, "
                 f"ITL p50 {self.itl_ms['p50']:.1f} ms{acceptance} ({self.completed} requests, "
-                f"{self.concurrency} at once, {self.max_tokens} tokens each, {self.duration_s:.1f} s)")  # fmt: skip
+                f"{self.concurrency} at once, {self.max_tokens} tokens each, "
+                f"{self.duration_s:.1f} s{load})")  # fmt: skip

@@ -14,6 +14,10 @@ from specdeploy.gate.figures import Figures
 
 CLIENT_START_S = 20.0  # `vllm bench serve` imports vLLM and loads the tokenizer (measured ~10 s on the test bed)
 CALIBRATION_TOKENS = 32  # per request of the short sizing run (one request per concurrency slot)
+# Two throughputs compare only if the host was about as busy for both: a difference in the 1-minute
+# load average of more than half a CPU per CPU is another machine, as far as tokens/s go (the test
+# bed's fleet under a steady load: 44.7 tok/s idle against 20.4 beside two serving engines).
+LOAD_TOLERANCE = 0.5
 
 
 def flag(value: Any) -> bool:
@@ -68,9 +72,22 @@ def _fall(name: str, new: float, old: float, limit: float) -> str | None:
             f"{limit:.0%})")  # fmt: skip
 
 
+def incomparable(new: Figures, previous: Figures) -> str | None:
+    """Why the two throughputs do not compare (None: they do): another workload, or another load on the host."""
+    if (new.concurrency, new.max_tokens) != (previous.concurrency, previous.max_tokens):
+        return (f"another workload ({new.concurrency} at once x {new.max_tokens} tokens, then {previous.concurrency} x "
+                f"{previous.max_tokens})")  # fmt: skip
+    loads = (new.host_load, previous.host_load)
+    if None not in loads and abs(loads[0] - loads[1]) > LOAD_TOLERANCE:  # type: ignore[operator]
+        return f"the host was not as busy (load {loads[0]:.2f} per CPU now, {loads[1]:.2f} then)"
+    return None
+
+
 def refusals(new: Figures, previous: Figures | None, settings: GateSettings, speculative: bool) -> list[str]:
-    """Why NEW must not be promoted (empty: it may). PREVIOUS: the last promoted version's figures
-    on the same hardware, or None (a first benchmark is judged by the floor only)."""
+    """Why NEW must not be promoted (empty: it may). PREVIOUS: the figures it is judged against (the
+    outgoing version's, measured just before it stopped, or the last promoted version's on the same
+    hardware), or None (a first benchmark is judged by the floor only). Acceptance compares always;
+    tokens/s only when incomparable() finds nothing."""
     out = []
     if new.failed:
         out.append(f"{new.failed} of {new.completed + new.failed} benchmark requests failed")
@@ -91,7 +108,7 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
             falls = (_fall(f"acceptance at draft position {i}", a, b, settings.max_regression)
                      for i, (a, b) in enumerate(pairs, 1))  # fmt: skip
             out += [f for f in falls if f]
-    if (new.concurrency, new.max_tokens) == (previous.concurrency, previous.max_tokens):
+    if incomparable(new, previous) is None:
         fall = _fall("output tokens/s", new.output_tokens_per_s, previous.output_tokens_per_s, settings.max_regression)
         out += [fall] if fall else []
     return out

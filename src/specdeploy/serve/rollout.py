@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from docker.client import DockerClient
 from docker.errors import APIError, NotFound
@@ -34,8 +34,22 @@ OLDER = f"{CONTAINER}-older"
 RUNNING_POLICY = {"Name": "unless-stopped"}
 
 Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
-# (READY container, its verdict, the last promoted version's kept figures) -> the promotion decision
-Gate = Callable[[Container, dict[str, Any], "dict[str, Any] | None"], GateResult]
+
+
+class Gate(Protocol):
+    """The benchmark gate (specdeploy.gate.benchmark.BenchmarkGate, as the serve action wraps it)."""
+
+    def __call__(self, container: Container, verdict: dict[str, Any], kept: dict[str, Any] | None,
+                 outgoing: dict[str, Any] | None) -> GateResult:  # fmt: skip
+        """The promotion decision on a READY container, judged against the outgoing version's figures
+        when they were measured, else against the last promoted version's kept ones."""
+        ...
+
+    def outgoing(self, container: Container, kept: dict[str, Any] | None) -> dict[str, Any]:
+        """The outgoing version's figures, measured once it has left the router, before it stops."""
+        ...
+
+
 T = TypeVar("T")
 
 
@@ -220,14 +234,25 @@ class Rollout:
         self._step("warming")
         warm_report = warm()  # while the old container still serves
         self._step("stopping-old")
+        outgoing = None
         if current is not None:
             self.before_stop()  # a fleet host leaves the router: what it still serves are its last requests
+            outgoing = self._measure_outgoing(current)
             self._stop(str(current.id), cfg.stop_timeout_s)
             self._retire(str(current.id))
         self._remove(CONTAINER)  # (a leftover of an interrupted run)
         self._step("starting-new")
         new = self._create(cfg, image_id)
-        return self._prove(str(new.id), image_id, last_ready, warm_report)
+        return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing)
+
+    def _measure_outgoing(self, current: Container) -> dict[str, Any] | None:
+        """The proven engine about to stop, measured with the gate's workload: the new one is judged
+        against it, an A/B under the same conditions (None: no gate, or nothing proven to measure)."""
+        gate, container_id = self.gate, str(current.id)
+        if gate is None or not self.record.proves(container_id) or current.status != "running":
+            return None
+        kept = self.record.last_ready.bench if self.record.last_ready else None
+        return self._retry(lambda: gate.outgoing(self.client.containers.get(container_id), kept))
 
     def _retire(self, container_id: str) -> None:
         """The old engine becomes `-previous` only if it was proven READY (the one before it waits as
@@ -240,13 +265,14 @@ class Rollout:
             self._rename(str(before.id), OLDER)
         self._rename(container_id, PREVIOUS)
 
-    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str) -> Outcome:
+    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str,
+               outgoing: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
         new = self._get(new_id)
         assert new is not None
         self.record.new = _ref(new)
         self._step("watching")
         verdict = self._bring_up(new_id)
-        gate = self._benchmark(new_id, verdict)
+        gate = self._benchmark(new_id, verdict, outgoing)
         if verdict.status == "READY" and (gate is None or gate.passed):
             self._promote(new_id, gate.kept if gate else None, verdict.startup)
             self._remove(OLDER)  # proven: -previous is the version before this one
@@ -268,14 +294,14 @@ class Rollout:
         self._restore(outcome)
         return outcome
 
-    def _benchmark(self, container_id: str, verdict: Verdict) -> GateResult | None:
+    def _benchmark(self, container_id: str, verdict: Verdict, outgoing: dict[str, Any] | None) -> GateResult | None:
         """The gate's decision on a READY engine (None: no gate, or not READY)."""
         if self.gate is None or verdict.status != "READY":
             return None
         self._step("benchmarking")
         kept = self.record.last_ready.bench if self.record.last_ready else None
         gate = self.gate
-        return self._retry(lambda: gate(self.client.containers.get(container_id), asdict(verdict), kept))
+        return self._retry(lambda: gate(self.client.containers.get(container_id), asdict(verdict), kept, outgoing))
 
     def _promote(self, container_id: str, bench: dict[str, Any] | None = None,
                  startup: list[dict[str, Any]] | None = None) -> None:  # fmt: skip

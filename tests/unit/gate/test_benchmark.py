@@ -28,8 +28,9 @@ class Exec:
 class FakeEngineContainer:
     """Runs nothing: records what the client asks, and answers with RESULT (a real result file)."""
 
-    def __init__(self, result: dict[str, object] | None, exit_code: int = 0, stderr: bytes = b"") -> None:
-        self.result, self.exit_code, self.stderr = result, exit_code, stderr
+    def __init__(self, result: dict[str, object] | None, exit_code: int = 0, stderr: bytes = b"",
+                 load: float | None = None) -> None:  # fmt: skip
+        self.result, self.exit_code, self.stderr, self.load = result, exit_code, stderr, load
         self.calls: list[tuple[list[str], dict[str, str] | None]] = []
         self.files: dict[str, bytes] = {}
 
@@ -43,6 +44,8 @@ class FakeEngineContainer:
 
     def exec_run(self, cmd: list[str], *, environment: dict[str, str] | None = None, demux: bool = False) -> Exec:
         self.calls.append((cmd, environment))
+        if "/proc/loadavg" in " ".join(cmd):  # the host's 1-minute load, and its CPUs
+            return Exec(0, f"{self.load} 2\n".encode()) if self.load is not None else Exec(1, b"")
         if cmd[0] == "cat":
             return Exec(0, json.dumps(self.result).encode() if self.result is not None else b"")
         if "bench" in cmd:
@@ -108,6 +111,36 @@ def test_other_hardware_is_not_compared_and_a_client_that_fails_is_a_refusal_wit
     broken = gate()(FakeEngineContainer(None, exit_code=1, stderr=b"Traceback\nValueError: bad tokenizer\n"), READY,
                     None)  # fmt: skip
     assert not broken.passed and "ValueError: bad tokenizer" in broken.message and "exit 1" in broken.message
+
+
+def test_the_new_version_is_judged_against_the_outgoing_one_measured_with_the_recorded_workload():
+    good = gate()(FakeEngineContainer(REAL, load=0.6), READY, None)
+    assert good.kept is not None and good.kept["figures"]["host_load"] == 0.3  # 0.6 over 2 CPUs
+    # The outgoing engine, measured now under a heavier load, with the workload of its own record.
+    old = FakeEngineContainer(REAL, load=3.0)
+    outgoing = gate().outgoing(old, good.kept)
+    runs = [c[0] for c in old.calls if "bench" in c[0]]
+    assert (
+        len(runs) == 1
+        and int(runs[0][runs[0].index("--sharegpt-output-len") + 1]) == good.kept["figures"]["max_tokens"]
+    )
+    assert outgoing["figures"]["host_load"] == 1.5 and outgoing["hardware"] == "CPU test, 2 threads"
+    slower = {**REAL, "output_throughput": REAL["output_throughput"] * 0.5}
+    result = gate()(FakeEngineContainer(slower, load=3.0), READY, good.kept, outgoing)
+    assert not result.passed and "output tokens/s fell" in result.message  # the A/B compares under the same load
+    assert result.report["comparison"] == "outgoing" and result.report["record"] == good.kept["figures"]
+    assert "compared with the outgoing version" in result.report["gate"]["note"]
+    # Against the record alone (no outgoing figure), the load differs: said, and not refused.
+    alone = gate()(FakeEngineContainer(slower, load=3.0), READY, good.kept)
+    assert alone.passed and alone.report["comparison"] == "record"
+    assert "tokens/s not compared: the host was not as busy (load 1.50 per CPU now, 0.30 then)" in alone.message
+
+
+def test_an_outgoing_version_that_cannot_be_measured_leaves_the_record_to_judge():
+    broken = gate().outgoing(FakeEngineContainer(None, exit_code=1, stderr=b"boom\n"), None)
+    assert broken["figures"] is None and "the outgoing version could not be measured" in broken["note"]
+    result = gate()(FakeEngineContainer(REAL), READY, None, broken)
+    assert result.passed and result.report["comparison"] == "none" and "could not be measured" in result.message
 
 
 def test_hardware_names_gpus_or_the_cpu():

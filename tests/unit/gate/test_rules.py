@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from specdeploy.gate.figures import Figures
-from specdeploy.gate.rules import GateSettings, flag, output_tokens, refusals
+from specdeploy.gate.rules import GateSettings, flag, incomparable, output_tokens, refusals
 
 
 def figures(length: float | None = 3.0, tok_s: float = 100.0, **changes: object) -> Figures:
@@ -38,6 +38,21 @@ def test_another_number_of_speculative_tokens_compares_position_by_position():
 def test_tokens_per_second_compare_only_for_the_same_workload():
     other = figures(3.0, 40.0, max_tokens=128)
     assert refusals(other, figures(3.0, 100.0), GateSettings(), speculative=True) == []
+
+
+def test_throughput_under_another_host_load_does_not_compare_but_acceptance_still_does():
+    """The fleet of issue 26: idle 44.72 tok/s, then 20.36 beside two serving engines: not the version's fault."""
+    idle, busy = figures(3.0, 44.72, host_load=0.4), figures(3.0, 20.36, host_load=1.6)
+    assert incomparable(busy, idle) == "the host was not as busy (load 1.60 per CPU now, 0.40 then)"
+    assert refusals(busy, idle, GateSettings(), speculative=True) == []
+    worse = figures(1.2, 20.36, host_load=1.6)
+    assert refusals(worse, idle, GateSettings(), True) == [
+        "mean acceptance length fell from 3.00 to 1.20 (-60%; serving_bench_max_regression 10%)"
+    ]
+    # Within the tolerance (or unread), a fall is a fall.
+    assert incomparable(figures(3.0, 20.0, host_load=0.7), idle) is None
+    assert refusals(figures(3.0, 20.0, host_load=0.7), idle, GateSettings(), True)[0].startswith("output tokens/s fell")
+    assert incomparable(figures(3.0, 20.0), idle) is None
 
 
 def test_the_floor_failures_and_a_missing_acceptance_are_refused_without_a_previous_version():

@@ -25,10 +25,17 @@ class FakeGate:
     """The benchmark gate: refuses the images it is told to; records what it was compared with."""
 
     def __init__(self, refuses: set[str]) -> None:
-        self.refuses, self.seen = refuses, []
+        self.refuses, self.seen, self.measured = refuses, [], []
+        self.events: list[str] = []  # shared with the host's router hook: the order things happened in
 
-    def __call__(self, container, verdict, kept):
+    def outgoing(self, container, kept):
+        self.measured.append((container.image_id, container.status, kept))
+        self.events.append(f"measured {container.image_id}")
+        return {"figures": {"image": container.image_id}}
+
+    def __call__(self, container, verdict, kept, outgoing):
         self.seen.append((container.image_id, kept))
+        self.outgoings = [*getattr(self, "outgoings", []), outgoing]
         figures = {"acceptance_length": 1.1 if container.image_id in self.refuses else 3.0}
         if container.image_id in self.refuses:
             return GateResult(False, "benchmark gate refused: mean acceptance length fell from 3.00 to 1.10",
@@ -47,7 +54,8 @@ class Host:
         self.gate = FakeGate(set(refuses))
 
     def rollout(self) -> Rollout:
-        return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5, gate=self.gate)  # type: ignore[arg-type,return-value]
+        return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5, gate=self.gate,  # type: ignore[arg-type]
+                       before_stop=lambda: self.gate.events.append("left the router"))  # fmt: skip
 
     def deploy(self, tag: str):
         return self.rollout().deploy(config(tag), f"sha256:{tag}", lambda: "warmed")
@@ -150,6 +158,30 @@ def test_a_version_refused_by_its_benchmark_is_rolled_back_and_the_figures_follo
     assert host.record().last_ready.bench["image"] == "sha256:v1"
     assert host.deploy("v2").status == "deployed" and host.gate.seen[-1][1]["image"] == "sha256:v1"
     assert host.record().last_ready.bench["image"] == "sha256:v2"
+
+
+def test_the_outgoing_version_is_measured_out_of_the_router_before_it_stops_and_the_new_one_judged_against_it(
+    tmp_path,
+):
+    host = Host(tmp_path)
+    host.deploy("v1")
+    assert host.gate.measured == [] and host.gate.outgoings == [None]  # nothing ran before: nothing to measure
+    host.deploy("v2")
+    # v1, proven and still running, measured after it left the router; v2 judged against those figures.
+    assert host.gate.measured == [
+        ("sha256:v1", "running", {"figures": {"acceptance_length": 3.0}, "image": "sha256:v1"})
+    ]
+    assert host.gate.events == ["left the router", "measured sha256:v1"]
+    assert host.gate.outgoings[-1] == {"figures": {"image": "sha256:v1"}}
+    assert host.record().last_ready.bench["image"] == "sha256:v2"  # the record keeps the new one's own figures
+
+
+def test_a_failed_version_is_never_the_one_measured_the_restored_proven_one_is(tmp_path):
+    host = Host(tmp_path, outcomes={"sha256:bad": "FAILED"})
+    host.deploy("v1")
+    host.deploy("bad")  # FAILED: v1 is back, proven
+    host.deploy("v2")
+    assert [m[0] for m in host.gate.measured] == ["sha256:v1", "sha256:v1"]
 
 
 def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
