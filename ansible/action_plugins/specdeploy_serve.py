@@ -81,6 +81,12 @@ class Prewarm:
             write_prewarm(Path(folder), self.report)
 
 
+def _sweep_line(sweep: list[dict[str, Any]]) -> str:
+    """`1: 12.3 tok/s, 4: 40.1 tok/s` (a level the client could not finish: its error)."""
+    return ", ".join(f"{p['concurrency']}: {p['output_tokens_per_s']:.1f} tok/s" if "output_tokens_per_s" in p
+                     else f"{p['concurrency']}: {p.get('error', '?')[:80]}" for p in sweep)  # fmt: skip
+
+
 class _SaidGate:
     """The benchmark gate as the rollout calls it: each measurement said, each report kept (bench.json)."""
 
@@ -96,12 +102,29 @@ class _SaidGate:
                         else f"benchmark gate: {measured.get('note')}")  # fmt: skip
         return measured
 
+    def wants_baseline(self) -> bool:
+        return self.gate.wants_baseline()
+
+    def baseline_key(self, config_digest: str, engine_version: str) -> str:
+        return self.gate.baseline_key(config_digest, engine_version)
+
+    def baseline(self, container: Any, kept: dict[str, Any] | None) -> dict[str, Any]:
+        levels = ", ".join(str(c) for c in self.gate.settings.sweep)
+        self.action.say(f"benchmark gate: the speculation-off baseline in {container.name} at {levels} concurrent "
+                        "requests (once for this configuration, engine version and hardware)")  # fmt: skip
+        measured = self.gate.baseline(container, kept)
+        self.action.say(f"benchmark gate: baseline {_sweep_line(measured.get('sweep') or [])}"
+                        if measured.get("sweep") else f"benchmark gate: {measured.get('note')}")  # fmt: skip
+        return measured
+
     def __call__(self, container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
         gate = self.gate
         self.action.say(f"benchmark gate: vllm bench serve in {container.name} (budget {gate.settings.budget_s:.0f} "
                         f"s, on {gate.hardware})")  # fmt: skip
-        result = gate(container, verdict, kept, outgoing)
+        result = gate(container, verdict, kept, outgoing, baseline)
+        if result.report.get("sweep"):
+            self.action.say(f"benchmark gate: sweep {_sweep_line(result.report['sweep'])}")
         self.action.say(result.message)
         folder = Path(str(verdict.get("diagnostics") or self.diagnostics))
         write_bench(folder, result.report, self.action.host_name, self.args["image"],
@@ -240,7 +263,8 @@ class ActionModule(SpecdeployAction):
             options = WatchOptions(
                 url=None,
                 model=cfg.served_model_name,
-                speculative=cfg.speculative_method == "eagle3",
+                # The benchmark's baseline runs the same image with speculation off: no drafts to count.
+                speculative=cfg.speculative_method == "eagle3" and container != rollouts.BASELINE,
                 stall_timeout_s=stall,
                 timeout_s=args["timeout"],
                 api_key=cfg.api_key,

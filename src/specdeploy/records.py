@@ -40,7 +40,8 @@ ROLLOUT_FILE, CURRENT_FILE = "rollout.json", "current.json"
 VERDICT_FILE, CONTAINER_FILE, PREWARM_FILE, BENCH_FILE = "verdict.json", "container.json", "prewarm.json", "bench.json"
 BENCH_SCHEMA = 1
 PERCENTILES = ("p50", "p99")  # of bench.json's ttft_ms and itl_ms
-PHASES = ("warming", "stopping-old", "starting-new", "watching", "benchmarking", "promoting", "rolling-back", "done")
+PHASES = ("warming", "stopping-old", "measuring-baseline", "starting-new", "watching", "benchmarking", "promoting",
+          "rolling-back", "done")  # fmt: skip
 HISTORY = 20  # rollout.json keeps the last steps, not all of them
 
 
@@ -232,6 +233,9 @@ class Bench:
     # What `previous` is: "outgoing" (the version replaced, measured just before it stopped), "record"
     # (the last promoted version's figures), "none"; "" in files from before the A/B.
     comparison: str = ""
+    # Speculation's speed-up over the speculation-off baseline, by concurrency, and the verdict's line.
+    speedup: dict[int, float] = field(default_factory=dict)
+    crossover: str = ""
 
 
 def write_bench(folder: Path, report: Mapping[str, Any], host: str, image: str, *, image_id: str = "",
@@ -323,7 +327,18 @@ def parse_bench(data: object) -> Bench | Gate:
         previous=None if previous is None else parse_figures(previous),
         gate=judged,
         comparison=_text(data.get("comparison")),
+        speedup=_speedup(data.get("speedup")),
+        crossover=_text(data.get("crossover")),
     )
+
+
+def _speedup(value: object) -> dict[int, float]:
+    """bench.json `speedup`: {"<concurrency>": ratio}; absent before the sweep existed."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(str(k).isdigit() and _is_number(v) for k, v in value.items()):
+        raise Malformed("speedup is not an object of concurrencies to numbers")
+    return {int(k): float(v) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))}
 
 
 def read_bench(run: Path) -> Bench | Gate | None:
@@ -357,6 +372,8 @@ class RolloutRecord:
     last_ready: EngineRef | None = None  # the last version proven READY: what a failure restores
     updated_at: str = ""
     history: list[str] = field(default_factory=list)  # "time phase", the last few steps
+    # The speculation-off sweeps (specdeploy.gate), by what they were measured for (BenchmarkGate.baseline_key).
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def proves(self, container_id: str) -> bool:
         return self.last_ready is not None and self.last_ready.container_id == container_id
@@ -368,7 +385,10 @@ class RolloutRecord:
         return self
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        data = asdict(self)
+        if not data["baselines"]:  # (a host without one keeps the file it had)
+            del data["baselines"]
+        return json.dumps(data, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> RolloutRecord:
@@ -378,7 +398,8 @@ class RolloutRecord:
         if data.get("phase", "done") not in PHASES:
             raise SpecdeployError(f"the rollout record names an unknown phase {data.get('phase')!r}")
         return cls(phase=data.get("phase", "done"), updated_at=data.get("updated_at", ""),
-                   history=list(data.get("history", [])), **refs)  # fmt: skip
+                   history=list(data.get("history", [])), baselines=dict(data.get("baselines") or {}),
+                   **refs)  # fmt: skip
 
     def describe(self) -> str:
         """What the record says is on the host, for a sentence to the operator."""

@@ -77,11 +77,48 @@ def test_a_rollout_records_its_figures_and_a_worse_drafter_is_refused_and_rolled
     message = " ".join(worse.output.split())
     fell = re.search(r"benchmark gate refused: mean acceptance length fell from ([\d.]+) to ([\d.]+)", message)
     assert fell, worse.output[-4000:]
-    assert float(fell[1]) == pytest.approx(figures["acceptance_length"], abs=0.01) and float(fell[2]) < 1.5
     assert "rolled back to the previous engine" in message
     assert on_host(host, "docker", "inspect", "-f", "{{.Image}}", ENGINE).strip() == serving
     refused = newest_bench()
-    assert refused["gate"]["passed"] is False and refused["previous"] == figures
+    # An A/B: judged against the outgoing engine, measured out of the router just before it stopped,
+    # with the workload of its record (kept beside it as history).
+    assert refused["gate"]["passed"] is False and refused["comparison"] == "outgoing" and refused["record"] == figures
+    outgoing = refused["previous"]
+    assert (outgoing["concurrency"], outgoing["max_tokens"]) == (figures["concurrency"], figures["max_tokens"])
+    assert float(fell[1]) == pytest.approx(outgoing["acceptance_length"], abs=0.01) and float(fell[2]) < 1.5
+    assert "measuring the outgoing specdeploy-engine (out of the router)" in worse.output
     assert on_host(host, "docker", "inspect", "-f", "{{.State.Status}}", f"{ENGINE}-failed").strip() == "exited"
     # The restored version keeps its figures, so the next rollout is compared with them.
     assert json.loads(on_host(host, "cat", RECORD))["last_ready"]["bench"]["figures"] == figures
+
+
+def test_a_sweep_against_the_speculation_off_baseline_says_up_to_where_eagle3_pays(testbed_up, docker_client, tmp_path):
+    """Issue 26 on the test bed: the baseline (the same image with speculation off) measured once,
+    kept in the host's record, and the play's verdict line; the report draws the speed-up."""
+    sweep = ["-e", '{"serving_bench_sweep": [1, 2], "serving_bench_baseline": "once"}']
+    first = specdeploy("deploy", "-e", "serving_num_speculative_tokens=2", *sweep, timeout=2400)
+    assert first.returncode == 0, first.output[-4000:]
+    assert "the speculation-off baseline in specdeploy-engine-baseline at 1, 2 concurrent requests" in first.output
+    line = re.search(r"EAGLE-3 (?:pays|does not pay)[^\n]*\(x[\d.]+ at 1, x[\d.]+ at 2\)", first.output)
+    assert line, first.output[-4000:]
+    bench = newest_bench()
+    assert [p["concurrency"] for p in bench["sweep"]] == [1, 2]
+    assert [p["concurrency"] for p in bench["baseline"]["sweep"]] == [1, 2]
+    assert set(bench["speedup"]) == {"1", "2"} and bench["crossover"] in line[0]
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    record = json.loads(on_host(host, "cat", RECORD))
+    assert len(record["baselines"]) == 1 and "baseline" not in on_host(host, "docker", "ps", "-a", "--format",
+                                                                       "{{.Names}}")  # fmt: skip
+    record_timing("sweep [1, 2] + baseline: the deploy (one more start-up)", first.seconds)
+    for concurrency in ("1", "2"):
+        record_timing(
+            f"  EAGLE-3 speed-up over speculation off at {concurrency} (ratio)", bench["speedup"][concurrency]
+        )
+    # Kept: the next rollout of the same configuration measures no baseline again.
+    again = specdeploy("deploy", "-e", "serving_num_speculative_tokens=3", *sweep, timeout=2400)
+    assert again.returncode == 0, again.output[-4000:]
+    assert "speculation-off baseline in" not in again.output and newest_bench()["baseline"] == bench["baseline"]
+    report = specdeploy("report", "--out", str(tmp_path / "report"), timeout=120)
+    assert report.returncode == 0, report.output
+    page = (tmp_path / "report" / "testbed-1.html").read_text()
+    assert 'id="plot-speedup"' in page and "EAGLE-3 speed-up by concurrency" in page

@@ -87,6 +87,22 @@ class FakeContainers:
 
 
 @dataclass
+class FakeImage:
+    labels: dict[str, str]
+
+
+class FakeImages:
+    """Every image the engine is asked about is there, labelled with the engine version the build sets."""
+
+    def __init__(self, engine: FakeDocker) -> None:
+        self.engine = engine
+
+    def get(self, image_id: str) -> FakeImage:
+        self.engine.maybe_fail("image")
+        return FakeImage({"io.specdeploy.engine-version": "0.32.0"})
+
+
+@dataclass
 class FakeDocker:
     """One host's Docker engine; `fail` holds exceptions to raise at the next calls of a kind."""
 
@@ -96,6 +112,7 @@ class FakeDocker:
 
     def __post_init__(self) -> None:
         self.containers = FakeContainers(self)
+        self.images = FakeImages(self)
 
     def maybe_fail(self, what: str) -> None:
         self.calls += 1

@@ -7,13 +7,24 @@ run folder (`bench.json`, specdeploy.records, what `make report` draws)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdeploy.gate import client
 from specdeploy.gate.figures import Figures
-from specdeploy.gate.rules import CALIBRATION_TOKENS, GateSettings, incomparable, output_tokens, refusals
+from specdeploy.gate.rules import (
+    CALIBRATION_TOKENS,
+    GateSettings,
+    at_concurrency,
+    crossover,
+    incomparable,
+    output_tokens,
+    refusals,
+    speedups,
+)
 from specdeploy.records import BENCH_SCHEMA, utc_now
 
 # Read on the host: the accelerators a figure belongs to (the CPU where there is none: the test bed).
@@ -114,8 +125,58 @@ class BenchmarkGate:
         left = self.settings.budget_s - wall - max(0.0, wall - probe.duration_s)  # the main run starts up too
         return concurrency, output_tokens(self.settings, len(texts), probe.output_tokens_per_s, left)
 
+    def wants_baseline(self) -> bool:
+        return self.settings.baseline == "once" and bool(self.settings.sweep) and self.speculative
+
+    def baseline_key(self, config_digest: str, engine_version: str) -> str:
+        """The baseline a configuration is judged against: once per configuration (without its drafter),
+        engine version, hardware and sweep."""
+        what = json.dumps([config_digest, engine_version, self.hardware, list(self.settings.sweep)])
+        return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
+
+    def sweep(self, container: client.ExecContainer, tokens: int) -> list[dict[str, Any]]:
+        """The engine at each of the settings' concurrencies, TOKENS per request, twice as many requests
+        as in flight (the prompt set, cycled). A level the client cannot finish is kept with its error."""
+        texts, out = client.prompts(), []
+        for level in self.settings.sweep:
+            batch = [texts[i % len(texts)] for i in range(max(2 * level, 4))]
+            try:
+                out.append({"concurrency": level, **self._run(container, batch, level, tokens).to_dict()})
+            except client.BenchFailed as exc:
+                out.append({"concurrency": level, "error": str(exc)[:300]})
+        return out
+
+    def baseline(self, container: client.ExecContainer, previous_kept: dict[str, Any] | None) -> dict[str, Any]:
+        """The sweep of the same image and flags with speculation off (CONTAINER runs it), with the
+        tokens per request of the host's record, else sized as a first benchmark is: what the new
+        engine's sweep is divided by. Kept in the host's record, measured once."""
+        kept = self._kept(previous_kept)[0]
+        try:
+            tokens = self._sizing(container, client.prompts(), kept)[1]
+        except client.BenchFailed as exc:
+            return {"sweep": [], "note": f"the baseline could not be measured: {exc}"}
+        return {"sweep": self.sweep(container, tokens), "max_tokens": tokens, "hardware": self.hardware,
+                "time": utc_now()}  # fmt: skip
+
+    def _speedup(
+        self, sweep: list[dict[str, Any]], baseline: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The report's speed-up entries and the refusal, if any, at the expected concurrency."""
+        if not baseline or not baseline.get("sweep"):
+            return {"baseline": baseline}, []
+        speedup = speedups(sweep, baseline["sweep"])
+        line, problems = crossover(speedup), []
+        expected = self.settings.expected_concurrency
+        found = at_concurrency(speedup, expected) if expected else None
+        if found and found[1] < 1.0:
+            problems.append(f"EAGLE-3 is slower than speculation off at {found[0]} concurrent requests "
+                            f"(x{found[1]:.2f}; serving_bench_expected_concurrency {expected})")  # fmt: skip
+        return {"baseline": baseline, "speedup": {str(c): s for c, s in sorted(speedup.items())},
+                "crossover": line}, problems  # fmt: skip
+
     def __call__(self, container: client.ExecContainer, verdict: dict[str, Any], previous_kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None = None,
+                 baseline: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
         """Measure the READY engine and judge it: against OUTGOING (the version it replaces, measured
         minutes ago under the same load) when that was measured, else against PREVIOUS_KEPT (the last
         promoted version's record), whose throughput counts only if the host was as busy then."""
@@ -136,6 +197,8 @@ class BenchmarkGate:
         texts = client.prompts()
         figures: Figures | None = None
         concurrency, tokens = self.settings.concurrency, CALIBRATION_TOKENS
+        sweep: list[dict[str, Any]] = []
+        speedup: dict[str, Any] = {}
         try:
             concurrency, tokens = self._sizing(container, texts, previous)
             figures = self._run(container, texts, concurrency, tokens)
@@ -143,6 +206,10 @@ class BenchmarkGate:
             why = incomparable(figures, previous) if previous else None
             if why:  # said, not refused: the new version is not to blame for the machine's load
                 note += f"; tokens/s not compared: {why}"
+            if self.settings.sweep:  # the baseline's workload, so the two sweeps divide
+                sweep = self.sweep(container, int(baseline.get("max_tokens") or tokens) if baseline else tokens)
+                speedup, slower = self._speedup(sweep, baseline)
+                problems += slower
         except client.BenchFailed as exc:
             problems = [f"the benchmark could not run: {exc}"]
         bench = client.BenchRun(self.model_path, self.served_model_name, self.base_url, len(texts), concurrency,
@@ -154,7 +221,9 @@ class BenchmarkGate:
             message = f"benchmark gate {verb}: {'; '.join(problems)}"
         else:
             message = f"benchmark gate passed: {figures.summary() if figures else ''}; {note}"
-        report = {**base, "figures": figures.to_dict() if figures else None,
+        if speedup.get("crossover"):
+            message += f". {speedup['crossover']}"
+        report = {**base, "figures": figures.to_dict() if figures else None, "sweep": sweep, **speedup,
                   "previous": previous.to_dict() if previous else None, "comparison": comparison,
                   "record": record.to_dict() if record and comparison == "outgoing" else None,
                   "command": client.describe(bench),

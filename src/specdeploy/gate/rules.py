@@ -33,6 +33,9 @@ class GateSettings:
     max_tokens: int = 256  # the ceiling; the budget sizes the real figure
     min_acceptance_length: float = 0.0  # 0: no floor
     max_regression: float = 0.10  # a fraction of the previous figure
+    sweep: tuple[int, ...] = ()  # concurrencies the new engine is also measured at
+    baseline: str = "never"  # once: the same sweep with speculation off, measured once per host and kept
+    expected_concurrency: int = 0  # > 0: refuse speculation slower than the baseline there
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> GateSettings:
@@ -43,6 +46,9 @@ class GateSettings:
             max_tokens=int(values.get("max_tokens", 256)),
             min_acceptance_length=float(values.get("min_acceptance_length", 0)),
             max_regression=float(values.get("max_regression", 0.10)),
+            sweep=tuple(int(c) for c in values.get("sweep") or ()),
+            baseline=str(values.get("baseline", "never")),
+            expected_concurrency=int(values.get("expected_concurrency", 0)),
         )
 
     def problems(self) -> list[str]:
@@ -54,6 +60,11 @@ class GateSettings:
             out.append("serving_bench_concurrency must be ≥ 1 and serving_bench_max_tokens ≥ 8")
         if not 0 < self.max_regression < 1:
             out.append(f"serving_bench_max_regression: {self.max_regression:g} is a fraction (0.10 = a 10% fall)")
+        if self.baseline == "once" and not self.sweep:
+            out.append("serving_bench_baseline: once compares a sweep: set serving_bench_sweep, e.g. [1, 4, 16, 64]")
+        if self.expected_concurrency and self.baseline != "once":
+            out.append("serving_bench_expected_concurrency compares with the speculation-off baseline: set "
+                       "serving_bench_baseline: once")  # fmt: skip
         return out
 
 
@@ -112,3 +123,36 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
         fall = _fall("output tokens/s", new.output_tokens_per_s, previous.output_tokens_per_s, settings.max_regression)
         out += [fall] if fall else []
     return out
+
+
+def speedups(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[int, float]:
+    """Speculation's speed-up at each concurrency both sweeps measured: output tokens/s over the baseline's."""
+    base = {int(p["concurrency"]): float(p["output_tokens_per_s"]) for p in baseline if p.get("output_tokens_per_s")}
+    return {int(p["concurrency"]): round(float(p["output_tokens_per_s"]) / base[int(p["concurrency"])], 3)
+            for p in sweep if p.get("output_tokens_per_s") and base.get(int(p["concurrency"]))}  # fmt: skip
+
+
+def crossover(speedup: dict[int, float]) -> str:
+    """One line: up to which concurrency speculation pays on this host, with the figures."""
+    if not speedup:
+        return "EAGLE-3's speed-up: no concurrency was measured both with and without speculation"
+    figures = ", ".join(f"x{s:.2f} at {c}" for c, s in sorted(speedup.items()))
+    paying = [c for c, _ in sorted(speedup.items())]
+    last = None
+    for c in paying:
+        if speedup[c] < 1.0:
+            break
+        last = c
+    if last is None:
+        return f"EAGLE-3 does not pay on this host at any measured concurrency ({figures})"
+    if last == paying[-1]:
+        return f"EAGLE-3 pays at every measured concurrency on this host, up to {last} ({figures})"
+    return f"EAGLE-3 pays up to {last} concurrent requests on this host ({figures})"
+
+
+def at_concurrency(speedup: dict[int, float], expected: int) -> tuple[int, float] | None:
+    """The measured level nearest EXPECTED (the lower on a tie) and its speed-up."""
+    if not speedup:
+        return None
+    level = min(speedup, key=lambda c: (abs(c - expected), c))
+    return level, speedup[level]

@@ -14,7 +14,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from specdeploy.errors import SpecdeployError
-from specdeploy.report.plots import acceptance_plot, escape, latency_plot, startup_timeline, throughput_plot
+from specdeploy.report.plots import (
+    acceptance_plot,
+    escape,
+    latency_plot,
+    speedup_plot,
+    startup_timeline,
+    throughput_plot,
+)
 from specdeploy.report.reading import DEFAULT_LAST, PERCENTILES, HostHistory, WatchedRollout, measured, read_runs
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -87,7 +94,11 @@ svg.timeline{display:block;margin:4px 0 2px;background:#f3f4f6}
 
 # css class: (colour, dash pattern); the lines, their points and their legend swatches.
 _SERIES_STYLE = {"throughput": ("#2563eb", ""), "ttft-p50": ("#1d4ed8", ""), "ttft-p99": ("#60a5fa", "5 3"),
-                 "itl-p50": ("#c2410c", ""), "itl-p99": ("#fb923c", "5 3")}  # fmt: skip
+                 "itl-p50": ("#c2410c", ""), "itl-p99": ("#fb923c", "5 3"),
+                 # The speed-up plot's rollouts, oldest to newest.
+                 "run-0": ("#d1d5db", ""), "run-1": ("#9ca3af", ""), "run-2": ("#60a5fa", ""),
+                 "run-3": ("#1d4ed8", "")}  # fmt: skip
+_CSS += "svg .break-even{stroke:#16a34a;stroke-dasharray:4 3}\n"
 _CSS += "".join(
     f"svg .{css} .line{{stroke:{colour}{f';stroke-dasharray:{dash}' if dash else ''}}}"
     f"svg .{css} .point:not(.refused),svg .legend.{css} rect{{fill:{colour}}}\n"
@@ -235,6 +246,7 @@ def render_host_page(history: HostHistory, now: datetime | None = None) -> str:
         ("Acceptance per draft position", acceptance_plot(history)),
         ("Output tokens/s", throughput_plot(history)),
         ("Latency", latency_plot(history)),
+        ("Does EAGLE-3 pay?", speedup_plot(history)),
     ]
     plots = _summary(history) + "".join(f"<figure><h2>{title}</h2>{plot}</figure>" for title, plot in figures)
     shown = f"the last {len(history.rollouts)} of {history.found} rollouts" if history.found else "no rollouts"

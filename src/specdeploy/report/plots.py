@@ -243,3 +243,30 @@ def acceptance_plot(history: HostHistory) -> str:
             tip = el("title", escape(f"position {position + 1}: {value * 100:.1f}% ({who})"))
             parts.append(el("rect", tip, class_=f"bar {css}", x=x, y=y, width=width - 2, height=frame.base - y))
     return _svg(plot_id, f"Acceptance per draft position, {newest.run_id}", frame, "".join(parts))
+
+
+def speedup_plot(history: HostHistory) -> str:
+    """EAGLE-3's speed-up over speculation off against concurrency: a line per benchmarked rollout
+    that has a baseline (the last few), and the break-even line at x1."""
+    plot_id = "plot-speedup"
+    runs = [r for r in history.benchmarked if r.bench and r.bench.speedup][-4:]
+    if not runs:
+        return _empty_plot(plot_id, "no rollout measured a speculation-off baseline (serving_bench_baseline: once)")
+    levels = sorted({c for r in runs if r.bench for c in r.bench.speedup})
+    ticks = nice_ticks(max([1.25, *(s for r in runs if r.bench for s in r.bench.speedup.values())]))
+    frame = _Frame(slots=len(levels), y_top=ticks[-1])
+    parts = [_axes(frame, ticks, tick_label=lambda t: f"x{t:g}", x_labels=[str(c) for c in levels],
+                   y_label="speed-up over speculation off", x_label="concurrent requests", rotate=False)]  # fmt: skip
+    parts.append(el("line", class_="break-even", x1=float(frame.left), y1=frame.y(1.0), x2=frame.right_edge,
+                    y2=frame.y(1.0)))  # fmt: skip
+    parts.append(_legend(frame, [(f"run-{i}", r.short_time) for i, r in enumerate(runs)]))
+    for i, run in enumerate(runs):
+        assert run.bench is not None
+        points = [(levels.index(c), s) for c, s in run.bench.speedup.items()]
+        marks = [
+            el("polyline", class_="line", points=" ".join(f"{frame.x(x):.1f},{frame.y(s):.1f}" for x, s in points))
+        ]
+        marks += [el("circle", el("title", escape(f"{run.run_id}: x{s:.2f} at {levels[x]}")), class_="point",
+                     cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
+        parts.append(el("g", "".join(marks), class_=f"series run-{i}"))
+    return _svg(plot_id, f"EAGLE-3 speed-up by concurrency: {runs[-1].bench.crossover}", frame, "".join(parts))  # type: ignore[union-attr]

@@ -31,6 +31,8 @@ PREVIOUS = f"{CONTAINER}-previous"
 FAILED = f"{CONTAINER}-failed"
 # The version before -previous, kept while a rollout is unproven: a failure puts it back as -previous.
 OLDER = f"{CONTAINER}-older"
+# The new image with speculation off, run once for the benchmark's baseline, then removed.
+BASELINE = f"{CONTAINER}-baseline"
 RUNNING_POLICY = {"Name": "unless-stopped"}
 
 Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
@@ -40,13 +42,26 @@ class Gate(Protocol):
     """The benchmark gate (specdeploy.gate.benchmark.BenchmarkGate, as the serve action wraps it)."""
 
     def __call__(self, container: Container, verdict: dict[str, Any], kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
         """The promotion decision on a READY container, judged against the outgoing version's figures
-        when they were measured, else against the last promoted version's kept ones."""
+        when they were measured, else against the last promoted version's kept ones; its sweep
+        divided by BASELINE's, when there is one."""
         ...
 
     def outgoing(self, container: Container, kept: dict[str, Any] | None) -> dict[str, Any]:
         """The outgoing version's figures, measured once it has left the router, before it stops."""
+        ...
+
+    def baseline(self, container: Container, kept: dict[str, Any] | None) -> dict[str, Any]:
+        """The sweep of a READY engine with speculation off."""
+        ...
+
+    def wants_baseline(self) -> bool:
+        """Whether a speculation-off baseline is measured at all (serving_bench_baseline: once)."""
+        ...
+
+    def baseline_key(self, config_digest: str, engine_version: str) -> str:
+        """Which baseline judges a configuration (its digest with speculation off) on this hardware."""
         ...
 
 
@@ -241,9 +256,46 @@ class Rollout:
             self._stop(str(current.id), cfg.stop_timeout_s)
             self._retire(str(current.id))
         self._remove(CONTAINER)  # (a leftover of an interrupted run)
+        baseline = self._baseline(cfg, image_id)
         self._step("starting-new")
         new = self._create(cfg, image_id)
-        return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing)
+        return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing=outgoing, baseline=baseline)
+
+    def _baseline(self, cfg: ServingConfig, image_id: str) -> dict[str, Any] | None:
+        """The speculation-off sweep this configuration is judged against: the host's record of it, or
+        measured now, once, while the host is out of service anyway (old engine stopped, new not
+        started: one GPU set holds one engine), on the new image with the same flags but no drafter."""
+        gate = self.gate
+        if gate is None or not gate.wants_baseline() or cfg.speculative_method == "none":
+            return None
+        # The same engine, flags and model without the drafter: what a new drafter leaves unchanged.
+        off = replace(cfg, speculative_method="none", image="", num_speculative_tokens=0, draft_attention_backend="",
+                      draft_kv_cache_dtype="")  # fmt: skip
+        labels = self._retry(lambda: self.client.images.get(image_id).labels) or {}
+        key = gate.baseline_key(off.digest(), str(labels.get("io.specdeploy.engine-version") or image_id))
+        if key in self.record.baselines:
+            return self.record.baselines[key]
+        self._step("measuring-baseline")
+        self._remove(BASELINE)  # (a leftover of an interrupted run)
+        kwargs = {**replace(cfg, speculative_method="none").container_kwargs(image_id), "name": BASELINE}
+        container = self._retry(lambda: self.client.containers.create(**kwargs))
+        measured: dict[str, Any] | None = None
+        verdict: Verdict | None = None
+        try:
+            verdict = self._bring_up(str(container.id))
+            if verdict.status == "READY":
+                kept = self.record.last_ready.bench if self.record.last_ready else None
+                measured = self._retry(lambda: gate.baseline(self.client.containers.get(str(container.id)), kept))
+        finally:
+            self._remove(BASELINE)
+        if measured and measured.get("sweep"):
+            self.record.baselines[key] = measured
+            return measured
+        why = verdict.first_line() if verdict else "not started"
+        return {
+            "sweep": [],
+            "note": (measured or {}).get("note") or f"the speculation-off engine was not READY ({why})",
+        }
 
     def _measure_outgoing(self, current: Container) -> dict[str, Any] | None:
         """The proven engine about to stop, measured with the gate's workload: the new one is judged
@@ -265,14 +317,14 @@ class Rollout:
             self._rename(str(before.id), OLDER)
         self._rename(container_id, PREVIOUS)
 
-    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str,
-               outgoing: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
+    def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str, *,
+               outgoing: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
         new = self._get(new_id)
         assert new is not None
         self.record.new = _ref(new)
         self._step("watching")
         verdict = self._bring_up(new_id)
-        gate = self._benchmark(new_id, verdict, outgoing)
+        gate = self._benchmark(new_id, verdict, outgoing, baseline)
         if verdict.status == "READY" and (gate is None or gate.passed):
             self._promote(new_id, gate.kept if gate else None, verdict.startup)
             self._remove(OLDER)  # proven: -previous is the version before this one
@@ -294,14 +346,19 @@ class Rollout:
         self._restore(outcome)
         return outcome
 
-    def _benchmark(self, container_id: str, verdict: Verdict, outgoing: dict[str, Any] | None) -> GateResult | None:
+    def _benchmark(self, container_id: str, verdict: Verdict, outgoing: dict[str, Any] | None,
+                   baseline: dict[str, Any] | None) -> GateResult | None:  # fmt: skip
         """The gate's decision on a READY engine (None: no gate, or not READY)."""
         if self.gate is None or verdict.status != "READY":
             return None
         self._step("benchmarking")
         kept = self.record.last_ready.bench if self.record.last_ready else None
         gate = self.gate
-        return self._retry(lambda: gate(self.client.containers.get(container_id), asdict(verdict), kept, outgoing))
+
+        def judge() -> GateResult:
+            return gate(self.client.containers.get(container_id), asdict(verdict), kept, outgoing, baseline)
+
+        return self._retry(judge)
 
     def _promote(self, container_id: str, bench: dict[str, Any] | None = None,
                  startup: list[dict[str, Any]] | None = None) -> None:  # fmt: skip

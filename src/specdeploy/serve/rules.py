@@ -4,6 +4,7 @@ Each returns None for a good value, else what is allowed, phrased to follow "mus
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -135,3 +136,12 @@ def volumes(value: Any) -> str | None:
     if not all(absolute_path(k) is None and absolute_path(v) is None for k, v in value.items()):
         return "absolute paths on both sides, host path: container path"
     return None
+
+
+def sweep_levels(value: Any) -> str | None:
+    """Concurrencies to sweep: whole numbers from 1, increasing, at most 8 of them."""
+    given = [_int(v) for v in value] if isinstance(value, list) else [None]
+    levels = [v for v in given if v is not None]
+    if len(levels) != len(given) or len(levels) > 8 or any(b <= a for a, b in itertools.pairwise(levels)):
+        return "a list of at most 8 increasing concurrencies, e.g. [1, 4, 16, 64], or []"
+    return None if all(v >= 1 for v in levels) else "a list of concurrencies of 1 or more"

@@ -33,6 +33,7 @@ from specdeploy.serve.rules import (
     parser_name,
     seconds,
     size,
+    sweep_levels,
     volumes,
 )
 
@@ -299,6 +300,18 @@ KNOBS: tuple[Knob, ...] = (
     _role("bench_max_regression", "float", 0.1,
           "The largest fall from the last promoted version's acceptance length or tokens/s (a fraction).",
           number(0.001, 0.999), aside="the largest fall from the last promoted version (a fraction)"),
+    _role("bench_sweep", "list", [], "Concurrencies the new engine is also measured at, e.g. [1, 4, 16, 64].",
+          sweep_levels,
+          note="Does EAGLE-3 pay on this host? A concurrency sweep of the new engine on the same prompts and, with\n"
+               "serving_bench_baseline: once, the same sweep of the same image and flags with speculation off,\n"
+               "measured once per host, model, engine version and hardware and kept in the host's record (it costs\n"
+               "one more start-up, while the host is out of service anyway). The verdict states the speed-up at each\n"
+               "concurrency and up to where speculation pays; serving_bench_expected_concurrency > 0 refuses a\n"
+               "version slower than the baseline there."),
+    _role("bench_baseline", "str", "never", "never, or once: the speculation-off sweep, measured once and kept.",
+          choices=("never", "once")),
+    _role("bench_expected_concurrency", "int", 0,
+          "Refuse a version slower than the baseline at this concurrency (0: say, refuse nothing).", integer(0, 4096)),
 )  # fmt: skip
 
 BY_VARIABLE: dict[str, Knob] = {k.variable: k for k in KNOBS}

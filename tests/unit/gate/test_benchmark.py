@@ -143,6 +143,45 @@ def test_an_outgoing_version_that_cannot_be_measured_leaves_the_record_to_judge(
     assert result.passed and result.report["comparison"] == "none" and "could not be measured" in result.message
 
 
+def sweep_gate(**settings: object) -> BenchmarkGate:
+    return gate(**{"sweep": (1, 4), "baseline": "once", **settings})
+
+
+def test_the_sweep_is_divided_by_the_speculation_off_baseline_and_the_crossover_said():
+    off = {**REAL, "output_throughput": REAL["output_throughput"] / 1.25}
+    baseline = sweep_gate().baseline(FakeEngineContainer(off), None)
+    assert [p["concurrency"] for p in baseline["sweep"]] == [1, 4] and baseline["max_tokens"] >= 8
+    container = FakeEngineContainer(REAL)
+    result = sweep_gate()(container, READY, None, None, baseline)
+    assert result.passed and result.report["speedup"] == {"1": 1.25, "4": 1.25}
+    assert result.message.endswith("EAGLE-3 pays at every measured concurrency on this host, up to 4 (x1.25 at 1, "
+                                   "x1.25 at 4)")  # fmt: skip
+    assert result.report["baseline"] == baseline and len(result.report["sweep"]) == 2
+    # The sweep used the baseline's tokens per request, so the two divide; twice as many requests as in flight.
+    runs = [c[0] for c in container.calls if "bench" in c[0]][-2:]
+    assert [r[r.index("--sharegpt-output-len") + 1] for r in runs] == [str(baseline["max_tokens"])] * 2
+    assert [r[r.index("--num-prompts") + 1] for r in runs] == ["4", "8"]
+
+
+def test_speculation_slower_than_the_baseline_at_the_expected_concurrency_is_refused():
+    faster_off = {**REAL, "output_throughput": REAL["output_throughput"] * 1.1}
+    baseline = sweep_gate().baseline(FakeEngineContainer(faster_off), None)
+    said = sweep_gate()(FakeEngineContainer(REAL), READY, None, None, baseline)
+    assert said.passed and "EAGLE-3 does not pay on this host" in said.message  # said, not refused: no expectation
+    refused = sweep_gate(expected_concurrency=3)(FakeEngineContainer(REAL), READY, None, None, baseline)
+    assert not refused.passed
+    assert "EAGLE-3 is slower than speculation off at 4 concurrent requests (x0.91; serving_bench_expected_" in (
+        refused.message)  # fmt: skip
+
+
+def test_the_baseline_key_names_the_configuration_engine_hardware_and_sweep():
+    g = sweep_gate()
+    assert g.wants_baseline() and not gate().wants_baseline()
+    key = g.baseline_key("sha256:cfg", "0.32.0")
+    assert key == g.baseline_key("sha256:cfg", "0.32.0") != g.baseline_key("sha256:cfg", "0.33.0")
+    assert key != sweep_gate(sweep=(1, 8)).baseline_key("sha256:cfg", "0.32.0")
+
+
 def test_hardware_names_gpus_or_the_cpu():
     gpus = "      8 NVIDIA RTX PRO 6000 Blackwell Server Edition\nmodel name\t: AMD EPYC 9555\n256\n"
     assert hardware(gpus) == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition; CPU AMD EPYC 9555, 256 threads"

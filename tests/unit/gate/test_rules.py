@@ -90,3 +90,28 @@ def test_settings_that_cannot_work_are_refused_before_the_rollout(values, proble
 def test_flags_however_templated():
     assert [flag(v) for v in (True, "True", "yes", 1, False, "False", "no", 0, "")] == [True] * 4 + [False] * 5
     assert GateSettings.from_vars({"gate": "False"}).enabled is False
+
+
+def test_the_crossover_says_up_to_where_speculation_pays_with_each_figure():
+    from specdeploy.gate.rules import at_concurrency, crossover, speedups  # noqa: PLC0415
+
+    # What users of 8x RTX PRO 6000 report for Kimi-K2.x (docs/engine-facts.md): 92.4 -> 122.0 at 1,
+    # 2,245.8 -> 2,222.6 at 128.
+    spec = [{"concurrency": 1, "output_tokens_per_s": 122.0}, {"concurrency": 128, "output_tokens_per_s": 2222.6},
+            {"concurrency": 4, "error": "killed at its time limit"}]  # fmt: skip
+    off = [{"concurrency": 1, "output_tokens_per_s": 92.4}, {"concurrency": 128, "output_tokens_per_s": 2245.8},
+           {"concurrency": 4, "output_tokens_per_s": 300.0}]  # fmt: skip
+    speedup = speedups(spec, off)
+    assert speedup == {1: 1.32, 128: 0.99}  # the level one sweep missed is left out
+    assert crossover(speedup) == "EAGLE-3 pays up to 1 concurrent requests on this host (x1.32 at 1, x0.99 at 128)"
+    assert crossover({1: 1.2, 4: 1.1}).startswith("EAGLE-3 pays at every measured concurrency on this host, up to 4")
+    assert crossover({1: 0.9}) == "EAGLE-3 does not pay on this host at any measured concurrency (x0.90 at 1)"
+    assert at_concurrency(speedup, 100) == (128, 0.99) and at_concurrency({}, 4) is None
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"baseline": "once"}, "serving_bench_baseline: once compares a sweep"),
+    ({"sweep": [1, 4], "expected_concurrency": 4}, "set serving_bench_baseline: once"),
+])  # fmt: skip
+def test_a_baseline_needs_a_sweep_and_an_expected_concurrency_a_baseline(values, problem):
+    assert any(problem in p for p in GateSettings.from_vars(values).problems())

@@ -74,7 +74,30 @@ def test_a_host_without_benchmarks_says_so_instead_of_empty_plots(tmp_path: Path
     assert page.all("svg", cls="plot") == []
     for plot in ("plot-acceptance", "plot-throughput", "plot-latency"):
         assert page.one("p", id=plot).text() == plots.NO_BENCHMARK
+    assert page.one("p", id="plot-speedup") is not None
     assert len(page.all("tr", cls="rollout")) == (2 if with_rollouts else 0)
+
+
+def test_the_speedup_plot_draws_each_rollouts_speedup_against_concurrency_and_the_break_even(tmp_path: Path) -> None:
+    line = "EAGLE-3 pays up to 4 concurrent requests on this host (x1.32 at 1, x1.10 at 4, x0.97 at 16)"
+    swept = {**bench(100.0), "speedup": {"1": 1.32, "4": 1.1, "16": 0.97}, "crossover": line}
+    write_run(tmp_path / HOST, "20261201T090000-1", verdict(), bench(90.0))  # no baseline: not drawn
+    write_run(tmp_path / HOST, "20261201T100000-2", verdict(), swept)
+    plot = page_of(tmp_path).one("svg", id="plot-speedup")
+    assert plot.one("title", id="plot-speedup-title").text() == f"EAGLE-3 speed-up by concurrency: {line}"
+    assert [p.tooltip() for p in plot.all("circle", cls="point")] == [
+        "20261201T100000-2: x1.32 at 1",
+        "20261201T100000-2: x1.10 at 4",
+        "20261201T100000-2: x0.97 at 16",
+    ]
+    assert [t.text() for t in plot.all("text", cls="x-tick")] == ["1", "4", "16"]
+    (even,) = plot.all("line", cls="break-even")
+    above, below = (float(p.attrs["cy"]) for p in plot.all("circle", cls="point")[1:])
+    assert above < float(even.attrs["y1"]) < below  # x1.10 above the break-even line, x0.97 under it
+
+
+def test_without_a_baseline_the_speedup_plot_says_how_to_get_one(runs: Path) -> None:
+    assert "serving_bench_baseline: once" in page_of(runs).one("p", id="plot-speedup").text()
 
 
 def test_nice_ticks_end_on_a_round_value_above_the_top() -> None:

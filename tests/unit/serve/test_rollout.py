@@ -3,6 +3,8 @@ interrupted and resumed, transport faults retried, and `-previous` only ever a p
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import requests
 
@@ -10,7 +12,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.records import PHASES
 from specdeploy.serve.config import CONTAINER, ServingConfig
-from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
+from specdeploy.serve.rollout import BASELINE, FAILED, PREVIOUS, Rollout
 
 from ..fakes import FakeDocker, FakeWatch, Interrupted, MemoryStore
 
@@ -24,18 +26,31 @@ def config(tag: str) -> ServingConfig:
 class FakeGate:
     """The benchmark gate: refuses the images it is told to; records what it was compared with."""
 
-    def __init__(self, refuses: set[str]) -> None:
-        self.refuses, self.seen, self.measured = refuses, [], []
+    def __init__(self, refuses: set[str], baseline: bool = False) -> None:
+        self.refuses, self.seen, self.measured, self.baselines = refuses, [], [], []
         self.events: list[str] = []  # shared with the host's router hook: the order things happened in
+        self.wants = baseline
+
+    def wants_baseline(self):
+        return self.wants
+
+    def baseline_key(self, config_digest, engine_version):
+        return f"{config_digest[7:15]}/{engine_version}"
+
+    def baseline(self, container, kept):
+        self.baselines.append((container.name, container.image_id, container.status))
+        self.events.append(f"baseline {container.name}")
+        return {"sweep": [{"concurrency": 1, "output_tokens_per_s": 10.0}], "max_tokens": 32}
 
     def outgoing(self, container, kept):
         self.measured.append((container.image_id, container.status, kept))
         self.events.append(f"measured {container.image_id}")
         return {"figures": {"image": container.image_id}}
 
-    def __call__(self, container, verdict, kept, outgoing):
+    def __call__(self, container, verdict, kept, outgoing, baseline):
         self.seen.append((container.image_id, kept))
         self.outgoings = [*getattr(self, "outgoings", []), outgoing]
+        self.judged_with = [*getattr(self, "judged_with", []), baseline]
         figures = {"acceptance_length": 1.1 if container.image_id in self.refuses else 3.0}
         if container.image_id in self.refuses:
             return GateResult(False, "benchmark gate refused: mean acceptance length fell from 3.00 to 1.10",
@@ -47,11 +62,12 @@ class FakeGate:
 class Host:
     """One host: its engine, its record, what the watchdog will say of each image, and its gate."""
 
-    def __init__(self, tmp_path, outcomes: dict[str, str] | None = None, refuses: set[str] = frozenset()) -> None:
+    def __init__(self, tmp_path, outcomes: dict[str, str] | None = None, refuses: set[str] = frozenset(),
+                 baseline: bool = False) -> None:  # fmt: skip
         self.docker, self.store = FakeDocker(), MemoryStore()
         self.watch = FakeWatch(self.docker, outcomes or {})
         self.diagnostics = tmp_path
-        self.gate = FakeGate(set(refuses))
+        self.gate = FakeGate(set(refuses), baseline)
 
     def rollout(self) -> Rollout:
         return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5, gate=self.gate,  # type: ignore[arg-type]
@@ -176,6 +192,24 @@ def test_the_outgoing_version_is_measured_out_of_the_router_before_it_stops_and_
     assert host.record().last_ready.bench["image"] == "sha256:v2"  # the record keeps the new one's own figures
 
 
+def test_the_baseline_runs_the_new_image_without_speculation_once_between_the_old_and_the_new_engine(tmp_path):
+    host = Host(tmp_path, baseline=True)
+    host.deploy("v1")
+    # Measured with the old engine gone and the new not yet created: one engine on the GPUs at a time.
+    assert host.gate.baselines == [(BASELINE, "sha256:v1", "running")] and host.docker.named(BASELINE) is None
+    assert host.gate.judged_with[-1]["sweep"][0]["output_tokens_per_s"] == 10.0
+    assert "measuring-baseline" in host.store.phases and len(host.record().baselines) == 1
+    assert host.watch.watched[0] == (BASELINE, "sha256:v1")  # watched as a start-up like any other
+    # A new image (a new drafter) of the same configuration, engine version and hardware: the kept baseline.
+    same = host.rollout().deploy(dataclasses.replace(config("v1"), image="v2"), "sha256:v2", lambda: "warmed")
+    assert same.status == "deployed"
+    assert len(host.gate.baselines) == 1 and host.gate.judged_with[-1] == host.gate.judged_with[0]
+    host.deploy("v3")  # another served model name: other flags, so another baseline
+    assert [b[1] for b in host.gate.baselines] == ["sha256:v1", "sha256:v3"]
+    events = host.gate.events
+    assert events.index("left the router") < events.index("measured sha256:v1")
+
+
 def test_a_failed_version_is_never_the_one_measured_the_restored_proven_one_is(tmp_path):
     host = Host(tmp_path, outcomes={"sha256:bad": "FAILED"})
     host.deploy("v1")
@@ -201,7 +235,7 @@ def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
 
 @pytest.mark.parametrize("phase", RESUMABLE)
 def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
-    host = Host(tmp_path)
+    host = Host(tmp_path, baseline=phase == "measuring-baseline")
     host.deploy("v1")
     host.store.interrupt_at = phase
     if phase == "rolling-back":
@@ -218,7 +252,8 @@ def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
 @pytest.mark.parametrize("phase", RESUMABLE)
 def test_every_phase_interrupted_with_a_bad_version_restores_the_last_ready(tmp_path, phase):
     # Bad: FAILED by the watchdog, or READY and refused by its benchmark (the phase after the watch).
-    host = Host(tmp_path, {} if phase == "benchmarking" else {"sha256:bad": "FAILED"}, refuses={"sha256:bad"})
+    host = Host(tmp_path, {} if phase == "benchmarking" else {"sha256:bad": "FAILED"}, refuses={"sha256:bad"},
+                baseline=phase == "measuring-baseline")  # fmt: skip
     host.deploy("v1")
     host.store.interrupt_at = phase
     with pytest.raises(Interrupted):
