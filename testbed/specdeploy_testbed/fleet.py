@@ -28,11 +28,9 @@ ROUTER_PORT, ROUTER_METRICS_PORT = names.ROUTER_PORT, names.ROUTER_METRICS_PORT 
 SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
 # `specdeploy deploy` arguments of the fleet that the fleet tests and `make bench` roll. Under load
 # the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds. The
-# benchmark gate measures and records but refuses nothing: three engines and a load on 2 shared
-# cores make one rollout's tokens/s incomparable with the last (tests/integration/test_bench_gate.py
-# covers the gate itself).
+# benchmark gate judges each host by an A/B with its outgoing engine, measured under the same load
+# minutes before (until issue 26 it compared with an idle record, and had to be off here).
 DEPLOY_ARGS = ("--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600",
-               "-e", "serving_bench_gate=false",
                "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
                "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}")  # fmt: skip
 

@@ -106,6 +106,10 @@ def test_a_rolling_deploy_under_load_drops_no_request(fleet):
     events = re.findall(r"^  \S+: (?:specdeploy-engine: )?(left the router|READY|joined the router)", run.output,
                         re.MULTILINE)  # fmt: skip
     assert events == ["left the router", "READY", "joined the router"] * HOSTS, events
+    # The gate on, under the load: each host judged by an A/B with its outgoing engine, and passed.
+    message = " ".join(run.output.split())
+    assert message.count("benchmark gate passed:") == HOSTS, run.output[-5000:]
+    assert message.count("compared with the outgoing version") == HOSTS, run.output[-5000:]
     record_timing(f"rolling deploy, {HOSTS} hosts", run.seconds)
     # specdeploy plan, given the start-ups this rollout measured, against the rollout itself: at
     # least the engines' windows without any drain; at most with the whole drain bound, plus what a
@@ -137,6 +141,27 @@ def test_a_bad_version_stops_at_the_first_host_and_drops_no_request(fleet):
     assert engine(1) == before[1] and engine(2) == before[2]  # untouched
     with router() as base:
         assert len(httpx.get(f"{base}/list_workers", timeout=30).json()["urls"]) == HOSTS
+
+
+def test_a_slower_version_is_refused_by_the_ab_at_the_first_host_under_load(fleet):
+    """One request at a time instead of four (serving_max_running_requests 1): really slower, and
+    refused under the same load that made an idle record incomparable before issue 26."""
+    before = {i: engine(i) for i in range(HOSTS)}
+    slower = json.dumps({"serving_max_running_requests": 1, "serving_bench_max_regression": 0.3})
+    with router() as base, Load(base, MODEL, api_key()) as load:
+        run = deploy("--tags", "deploy", "-e", slower, "-e", json.dumps({"serving_image": before[0][3]}), timeout=1800)
+        time.sleep(5)
+    assert run.returncode != 0, run.output[-3000:]
+    message = " ".join(run.output.split())
+    assert "measuring the outgoing specdeploy-engine (out of the router)" in message, run.output[-4000:]
+    fell = re.search(r"benchmark gate refused: output tokens/s fell from ([\d.]+) to ([\d.]+)", message)
+    assert fell and "rolled back to the previous engine" in message, run.output[-4000:]
+    record_timing("A/B under load: the outgoing engine's output tokens/s", float(fell[1]))
+    record_timing("  the slower version's (serving_max_running_requests 1)", float(fell[2]))
+    assert load.result.failures == [], load.result.failures[:10]
+    first = engine(0)
+    assert first[0] == "running" and first[2] == before[0][2]  # back on its previous version
+    assert engine(1) == before[1] and engine(2) == before[2]  # untouched
 
 
 ROUTER_HOST = 1  # testbed-1 (host names count from 1)
