@@ -127,22 +127,13 @@ class ServingConfig:
 
     def _recipe_problems(self) -> list[str]:
         """Each recipe value held to the pinned engine's own registry, and no flag or variable said twice."""
-        out, engine = [], self.engine
-        name = "vLLM" if engine == "vllm" else "SGLang"
-        backends = (("serving_attention_backend", self.attention_backend, False),
-                    ("serving_draft_attention_backend", self.draft_attention_backend, True))  # fmt: skip
-        for variable, value, draft in backends:
-            if value and engine_words.attention_backend(engine, value, draft) is None:
-                known = ", ".join(engine_words.attention_backends(engine, draft))
-                out.append(f"{variable}={value!r}: {name} has no such {'draft ' if draft else ''}attention backend "
-                           f"(its own: {known})")  # fmt: skip
-        dtypes = (("serving_kv_cache_dtype", self.kv_cache_dtype, False),
-                  ("serving_draft_kv_cache_dtype", self.draft_kv_cache_dtype, True))  # fmt: skip
-        for variable, value, draft in dtypes:
-            if value and engine_words.kv_cache_dtype(engine, value, draft) is None:
-                known = ", ".join(engine_words.kv_cache_dtypes(engine, draft))
-                out.append(f"{variable}={value!r}: {name} has no such {'draft ' if draft else ''}KV-cache dtype "
-                           f"(its own: {known})")  # fmt: skip
+        engine = self.engine
+        given = (("serving_attention_backend", "attention backend", self.attention_backend, False),
+                 ("serving_draft_attention_backend", "attention backend", self.draft_attention_backend, True),
+                 ("serving_kv_cache_dtype", "KV-cache dtype", self.kv_cache_dtype, False),
+                 ("serving_draft_kv_cache_dtype", "KV-cache dtype", self.draft_kv_cache_dtype, True))  # fmt: skip
+        out = [f"{variable}={value!r}: {problem}" for variable, kind, value, draft in given
+               if value and (problem := engine_words.unknown(engine, kind, value, draft))]  # fmt: skip
         if self.speculative_method != "eagle3" and (self.draft_attention_backend or self.draft_kv_cache_dtype):
             out.append(
                 "serving_draft_attention_backend / serving_draft_kv_cache_dtype apply to the drafter: "

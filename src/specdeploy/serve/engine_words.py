@@ -94,6 +94,19 @@ def kv_cache_dtype(engine: str, value: str, draft: bool = False) -> str | None:
     return word if word in kv_cache_dtypes(engine, draft) else None
 
 
+def unknown(engine: str, kind: str, value: str, draft: bool = False) -> str | None:
+    """Why VALUE is no KIND ("attention backend", "KV-cache dtype") of ENGINE's, with its own list; None if it is."""
+    word, known = (
+        (attention_backend(engine, value, draft), attention_backends(engine, draft))
+        if kind == "attention backend"
+        else (kv_cache_dtype(engine, value, draft), kv_cache_dtypes(engine, draft))
+    )
+    if word is not None:
+        return None
+    name = "vLLM" if engine == "vllm" else "SGLang"
+    return f"{name} has no such {'draft ' if draft else ''}{kind} (its own: {', '.join(known)})"
+
+
 # Flags a typed serving variable owns: passing one through serving_extra_args would fight the
 # variable (vLLM keeps the last --speculative-config, so a dotted one drops the method and drafter).
 _SPECULATIVE = (
