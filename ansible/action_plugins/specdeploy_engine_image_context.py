@@ -55,6 +55,13 @@ class ActionModule(SpecdeployAction):
             "description": "The weight loader the engine serves with (`serving_load_format`): the image bakes in "
             "the package it needs (specdeploy.serve.loaders).",
         },
+        "flashinfer_kernels": {
+            "type": "str",
+            "default": "",
+            "description": "FlashInfer's ahead-of-time kernels: empty (none baked in; the build log says so), "
+            "`download` (vLLM's `vllm download-kernels` at build time) or a controller folder of the kernel wheels "
+            "(specdeploy.engine_image.flashinfer).",
+        },
     }
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -68,5 +75,6 @@ class ActionModule(SpecdeployAction):
             sgl_kernel_build=args["sgl_kernel_build"],
             wheel=Path(args["specdeploy_wheel"]) if args["specdeploy_wheel"] else None,
             loader_requirements=tuple(loaders.image_requirements(args["load_format"], prof.name)),
+            flashinfer_kernels=args["flashinfer_kernels"],
         )
         return {**info, "changed": False}

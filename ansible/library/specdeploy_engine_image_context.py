@@ -61,6 +61,14 @@ options:
       needs (specdeploy.serve.loaders).
     type: str
     default: ""
+  flashinfer_kernels:
+    description:
+    - >-
+      FlashInfer's ahead-of-time kernels: empty (none baked in; the build log says so), C(download)
+      (vLLM's C(vllm download-kernels) at build time) or a controller folder of the kernel wheels
+      (specdeploy.engine_image.flashinfer).
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from specdeploy import __version__, pins
-from specdeploy.engine_image import profiles, source, wheels
+from specdeploy.engine_image import flashinfer, profiles, source, wheels
 from specdeploy.engine_image.profiles import (
     DIGEST,
     DRAFTER_DIR,
@@ -40,6 +40,7 @@ def render(
     base: PipBase | None = None,
     sgl_kernel_requirement: str | None = None,
     loader_requirements: tuple[str, ...] = (),
+    flashinfer_kernels: str = "",
 ) -> str:
     """The Dockerfile. With BASE, PROF is first turned into its pip_profile()."""
     if base is not None:
@@ -82,6 +83,9 @@ def render(
         drafter_digest=drafter_digest,
         drafter_dir=DRAFTER_DIR,
         loader_requirements=loader_requirements,
+        # "" none, "download" vLLM's own download, else a folder's wheels (engine_image.flashinfer)
+        flashinfer_kernels=flashinfer_kernels,
+        flashinfer_folder=flashinfer.CONTEXT_FOLDER,
     )
 
 
@@ -101,8 +105,13 @@ def prepare_context(
     wheel: Path | None,
     base: PipBase | None = None,
     loader_requirements: tuple[str, ...] = (),
+    flashinfer_kernels: str = "",
 ) -> dict[str, object]:
-    """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels."""
+    """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels,
+    FlashInfer's kernel wheels when a folder of them is given."""
+    refused = flashinfer.problems(prof, flashinfer_kernels)
+    if refused:
+        raise SpecdeployError("; ".join(refused), hint=flashinfer.HINT)
     if base is not None and base.ca_bundle is not None and not base.ca_bundle.is_file():
         raise SpecdeployError(f"CA bundle {base.ca_bundle} is not a file")
     built = pip_profile(prof, base) if base is not None else prof
@@ -116,6 +125,7 @@ def prepare_context(
         base=base,
         sgl_kernel_requirement=profiles.sglang_kernel_requirement(built) if built.engine == "sglang" else None,
         loader_requirements=loader_requirements,
+        flashinfer_kernels=flashinfer.mode(flashinfer_kernels),
     )
     prof = built
     dest.mkdir(parents=True, exist_ok=True)
@@ -144,10 +154,11 @@ def prepare_context(
         marker.write_text(wanted)
     if prof.engine == "sglang":
         (dest / "sglang-source").mkdir(exist_ok=True)  # an operator's sglang.tar.gz goes here (air-gapped)
+    kernels = flashinfer.fill(dest, flashinfer_kernels)
     # Everything the build reads but the drafter (whose digest is in the Dockerfile's labels): an
     # image labelled with this digest needs no rebuild, and its context no new copy. The specdeploy
     # package counts by its source digest (or the given wheel's bytes), so no wheel is built to hash.
-    inputs = hashlib.sha256(dockerfile.encode() + wanted.encode())
+    inputs = hashlib.sha256(dockerfile.encode() + wanted.encode() + kernels.encode())
     if (dest / PIP_CA).is_file():
         inputs.update((dest / PIP_CA).read_bytes())
     inputs.update(hashlib.sha256(wheel.read_bytes()).digest() if wheel else source.package_digest().encode())
