@@ -64,7 +64,7 @@ test-unit: setup ## Unit tests (no test bed)
 	@$(PYTEST) tests/unit
 
 test-integration: setup ## Integration tests against the test bed over real SSH
-	@$(PYTEST) tests/integration
+	@$(PYTEST) tests/integration --durations=15
 
 test-e2e: setup ## e2e: a real vLLM (CPU build) started and watched; first run builds its venv (~70 s)
 	@$(PYTEST) tests/e2e
