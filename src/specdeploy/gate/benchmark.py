@@ -202,8 +202,9 @@ class BenchmarkGate:
         try:
             concurrency, tokens = self._sizing(container, texts, previous)
             figures = self._run(container, texts, concurrency, tokens)
-            problems = refusals(figures, previous, self.settings, self.speculative)
-            why = incomparable(figures, previous) if previous else None
+            ab = comparison == "outgoing"
+            problems = refusals(figures, previous, self.settings, self.speculative, same_minute=ab)
+            why = incomparable(figures, previous, loads=not ab) if previous else None
             if why:  # said, not refused: the new version is not to blame for the machine's load
                 note += f"; tokens/s not compared: {why}"
             if self.settings.sweep:  # the baseline's workload, so the two sweeps divide
