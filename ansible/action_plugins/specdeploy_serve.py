@@ -95,7 +95,7 @@ class _SaidGate:
         self.gate, self.action, self.cfg, self.args, self.diagnostics = gate, action, cfg, args, diagnostics
 
     def outgoing(self, container: Any, kept: dict[str, Any] | None) -> dict[str, Any]:
-        self.action.say(f"benchmark gate: measuring the outgoing {container.name} (out of the router) for an A/B")
+        self.action.say(f"benchmark gate: measuring the outgoing {container.name} before it stops (an A/B)")
         measured = self.gate.outgoing(container, kept)
         figures = measured.get("figures")
         self.action.say(f"benchmark gate: outgoing {Figures.from_dict(figures).summary()}" if figures

@@ -153,7 +153,7 @@ def test_a_slower_version_is_refused_by_the_ab_at_the_first_host_under_load(flee
         time.sleep(5)
     assert run.returncode != 0, run.output[-3000:]
     message = " ".join(run.output.split())
-    assert "measuring the outgoing specdeploy-engine (out of the router)" in message, run.output[-4000:]
+    assert "measuring the outgoing specdeploy-engine before it stops" in message, run.output[-4000:]
     fell = re.search(r"benchmark gate refused: output tokens/s fell from ([\d.]+) to ([\d.]+)", message)
     assert fell and "rolled back to the previous engine" in message, run.output[-4000:]
     record_timing("A/B under load: the outgoing engine's output tokens/s", float(fell[1]))

@@ -86,7 +86,7 @@ def test_a_rollout_records_its_figures_and_a_worse_drafter_is_refused_and_rolled
     outgoing = refused["previous"]
     assert (outgoing["concurrency"], outgoing["max_tokens"]) == (figures["concurrency"], figures["max_tokens"])
     assert float(fell[1]) == pytest.approx(outgoing["acceptance_length"], abs=0.01) and float(fell[2]) < 1.5
-    assert "measuring the outgoing specdeploy-engine (out of the router)" in worse.output
+    assert "measuring the outgoing specdeploy-engine before it stops" in worse.output
     assert on_host(host, "docker", "inspect", "-f", "{{.State.Status}}", f"{ENGINE}-failed").strip() == "exited"
     # The restored version keeps its figures, so the next rollout is compared with them.
     assert json.loads(on_host(host, "cat", RECORD))["last_ready"]["bench"]["figures"] == figures
