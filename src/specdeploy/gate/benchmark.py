@@ -162,8 +162,10 @@ class BenchmarkGate:
         self, sweep: list[dict[str, Any]], baseline: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[str]]:
         """The report's speed-up entries and the refusal, if any, at the expected concurrency."""
-        if not baseline or not baseline.get("sweep"):
-            return {"baseline": baseline}, []
+        if not baseline:
+            return {"baseline": None}, []
+        if not baseline.get("sweep"):  # e.g. the speculation-off engine never came up: said, not refused
+            return {"baseline": baseline, "crossover": f"no speed-up measured: {baseline.get('note')}"}, []
         speedup = speedups(sweep, baseline["sweep"])
         line, problems = crossover(speedup), []
         expected = self.settings.expected_concurrency

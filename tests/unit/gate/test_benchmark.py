@@ -178,6 +178,14 @@ def test_speculation_slower_than_the_baseline_at_the_expected_concurrency_is_ref
         refused.message)  # fmt: skip
 
 
+def test_a_baseline_that_could_not_be_measured_is_said_and_refuses_nothing():
+    failed = {"sweep": [], "note": "the speculation-off engine was not READY (FAILED after 12 s)"}
+    result = sweep_gate(expected_concurrency=1)(FakeEngineContainer(REAL), READY, None, None, failed)
+    assert result.passed and result.message.endswith("no speed-up measured: the speculation-off engine was not READY "
+                                                     "(FAILED after 12 s)")  # fmt: skip
+    assert "speedup" not in result.report and len(result.report["sweep"]) == 2
+
+
 def test_the_baseline_key_names_the_configuration_engine_hardware_and_sweep():
     g = sweep_gate()
     assert g.wants_baseline() and not gate().wants_baseline()
