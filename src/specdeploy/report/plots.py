@@ -249,6 +249,8 @@ def speedup_plot(history: HostHistory) -> str:
     """EAGLE-3's speed-up over speculation off against concurrency: a line per benchmarked rollout
     that has a baseline (the last few), and the break-even line at x1."""
     plot_id = "plot-speedup"
+    if not history.benchmarked:
+        return _empty_plot(plot_id, NO_BENCHMARK)
     runs = [r for r in history.benchmarked if r.bench and r.bench.speedup][-4:]
     if not runs:
         return _empty_plot(plot_id, "no rollout measured a speculation-off baseline (serving_bench_baseline: once)")
