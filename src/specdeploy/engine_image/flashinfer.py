@@ -57,15 +57,21 @@ def mode(choice: str) -> str:
 
 
 def fill(dest: Path, choice: str) -> str:
-    """Put the chosen wheels into the context's folder (emptied first); their digest, for the inputs."""
+    """Put the chosen wheels into the context's folder; their digest, for the inputs. A converged run
+    copies nothing (a jit-cache wheel is GBs): the folder is refilled only when the digest changed."""
     folder = dest / CONTEXT_FOLDER
+    found = [] if choice in ("", DOWNLOAD) else wheels(choice)
+    digest = hashlib.sha256()
+    for wheel in found:  # names and sizes, not GBs of bytes hashed on every converged run
+        digest.update(f"{wheel.name} {wheel.stat().st_size}\n".encode())
+    kept = "sha256:" + digest.hexdigest() if found else choice
+    marker = dest.parent / f".{dest.name}.flashinfer"
+    if folder.is_dir() and marker.is_file() and marker.read_text() == kept:
+        return kept
+    marker.unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    if choice in ("", DOWNLOAD):
-        return choice
-    digest = hashlib.sha256()
-    for wheel in wheels(choice):
+    for wheel in found:
         shutil.copy2(wheel, folder / wheel.name)
-        stat = wheel.stat()  # names and sizes, not GBs of bytes hashed on every converged run
-        digest.update(f"{wheel.name} {stat.st_size}\n".encode())
-    return "sha256:" + digest.hexdigest()
+    marker.write_text(kept)
+    return kept

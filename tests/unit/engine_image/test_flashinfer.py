@@ -44,6 +44,10 @@ def test_the_operators_wheels_go_into_the_context_and_change_its_inputs(tmp_path
     assert sorted(p.name for p in (context / "flashinfer-kernels").iterdir()) == [
         "flashinfer_cubin-0.7.2.post1-py3-none-any.whl"
     ]
+    copied = context / "flashinfer-kernels" / "flashinfer_cubin-0.7.2.post1-py3-none-any.whl"
+    copied.write_bytes(b"cubins")  # (a mark: a converged fill must not copy again)
+    before = copied.stat().st_mtime_ns
+    assert flashinfer.fill(context, str(mirror)) == first and copied.stat().st_mtime_ns == before
     (mirror / "flashinfer_jit_cache-0.7.2.post1+cu129-cp39-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"jit")
     assert flashinfer.fill(context, str(mirror)) != first and len(list((context / "flashinfer-kernels").iterdir())) == 2
     assert flashinfer.fill(context, "") == "" and list((context / "flashinfer-kernels").iterdir()) == []
