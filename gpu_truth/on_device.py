@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import types
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -210,34 +212,48 @@ def stop_engines() -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
-def bench(config: Any, engine_sites: str, out: Path, *, prompts: int, concurrency: int, tokens: int) -> dict[str, Any]:
-    """The benchmark gate's client as the gate runs it (specdeploy.gate.client), here on the host."""
+class LocalExec:
+    """The engine's container, as the benchmark gate's client uses it, on a machine without Docker:
+    its files and commands are this machine's, `vllm` runs from the carried site (the client is
+    vLLM's own: its site alone, as SGLang's pins, openai among them, would shadow it)."""
+
+    def __init__(self, engine_sites: str) -> None:
+        self.env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
+
+    def put_archive(self, path: str, data: bytes) -> bool:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(path, filter="data")
+        return True
+
+    def exec_run(self, cmd: list[str], *, environment: dict[str, str] | None = None, demux: bool = False) -> Any:
+        argv = list(cmd)
+        if "vllm" in argv:
+            at = argv.index("vllm")
+            argv[at : at + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+        done = subprocess.run(argv, capture_output=True, env={**self.env, **(environment or {})}, check=False)
+        output = (done.stdout, done.stderr) if demux else done.stdout + done.stderr
+        return types.SimpleNamespace(exit_code=done.returncode, output=output)
+
+
+def bench(config: Any, out: Path, *, prompts: int, concurrency: int, tokens: int) -> dict[str, Any]:
+    """One run of the benchmark gate's client (specdeploy.gate.client.run), here on the host."""
     from specdeploy.gate import client  # noqa: PLC0415
-    from specdeploy.gate.figures import Figures  # noqa: PLC0415
     from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
 
     run = client.BenchRun(model_path=MODEL_MOUNT, served_model_name=config.served_model_name,
                           base_url=f"http://127.0.0.1:{PORT}", num_prompts=prompts, concurrency=concurrency,
                           max_tokens=tokens, timeout_s=300, trust_remote_code=config.trust_remote_code)  # fmt: skip
-    work = Path(client.WORKDIR)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    (work / client.DATASET).write_bytes(client.sharegpt(client.prompts()))
-    argv = run.command()
-    argv[argv.index("vllm") : argv.index("vllm") + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-    env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    (out / "bench-client.log").write_text(done.stdout + done.stderr)
-    result = work / client.RESULT
-    if done.returncode or not result.is_file():
-        return {"error": f"client exit {done.returncode}: {(done.stdout + done.stderr)[-1500:]}"}
-    doc = json.loads(result.read_text())
-    shutil.copy(result, out / "bench-result.json")
-    figures = Figures.from_vllm_bench(doc, num_prompts=prompts, concurrency=concurrency, max_tokens=tokens)
+    try:
+        figures = client.run(LocalExec(str(site("vllm"))), run, client.prompts()[:prompts], config.api_key)
+    except client.BenchFailed as exc:
+        return {"error": str(exc)}
+    shutil.copy(Path(client.WORKDIR) / client.RESULT, out / "bench-result.json")
     return {"figures": figures.to_dict(), "summary": figures.summary(), "client": client.describe(run)}
 
 
-def serve(args: argparse.Namespace) -> int:
+def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
+    """$OUT's folder for this run, the inventory's variables and the rendered config, with the
+    paths the command names linked to the tiny models made here."""
     out = OUT / args.tag if args.tag else OUT
     out.mkdir(parents=True, exist_ok=True)
     values = inventory_vars(ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
@@ -257,6 +273,13 @@ def serve(args: argparse.Namespace) -> int:
 
     place(Path(MODEL_MOUNT), models / "target")
     place(Path(config.drafter_path), models / "drafter")
+    return out, values, config
+
+
+def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
+    """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
+    a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
+    out.mkdir(parents=True, exist_ok=True)
     sites = ":".join(str(site(e)) if not e.startswith("/") else e for e in args.site or [args.engine])
     env = {**config.environment(), "PYTHONPATH": sites, "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}",
            "PYTHONUNBUFFERED": "1", **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
@@ -266,8 +289,7 @@ def serve(args: argparse.Namespace) -> int:
               "drafter_ids": args.drafter_ids or None}  # fmt: skip
     (out / "command.json").write_text(json.dumps(record, indent=2))
     log(f"rendered: {' '.join(config.command())}")
-    log_file = out / "engine.log"
-    watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(log_file),
+    watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(out / "engine.log"),
              "--url", f"http://127.0.0.1:{PORT}", "--json", str(out / "verdict.json"), "--no-progress",
              "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout),
              "--diagnostics", str(out / "diagnostics"),
@@ -279,13 +301,17 @@ def serve(args: argparse.Namespace) -> int:
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     log(f"watch exit {watched.returncode}: {verdict_line}")
-    result: dict[str, Any] = {"verdict": verdict_line, "watch_exit": watched.returncode,
-                              "watch_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    print(watched.stdout[-4000:])
+    return watched.returncode, verdict_line, round(time.monotonic() - started, 1)
+
+
+def serve(args: argparse.Namespace) -> int:
+    out, _, config = prepare(args)
+    code, verdict_line, seconds = start_watched(config, args, out)
+    result: dict[str, Any] = {"verdict": verdict_line, "watch_exit": code, "watch_s": seconds}
     try:
-        if watched.returncode == 0 and not args.no_bench:
-            # The client is vLLM's own: its site alone (SGLang's pins, openai among them, would shadow it).
-            result["bench"] = bench(config, str(site("vllm")), out, prompts=args.prompts, concurrency=args.concurrency,
-                                    tokens=args.tokens)  # fmt: skip
+        if code == 0 and not args.no_bench:
+            result["bench"] = bench(config, out, prompts=args.prompts, concurrency=args.concurrency, tokens=args.tokens)
             log(f"bench: {result['bench'].get('summary') or result['bench'].get('error')}")
             if args.engine == "sglang":
                 try:
@@ -299,8 +325,67 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         stop_engines()
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    print(watched.stdout[-4000:])
-    return watched.returncode
+    return code
+
+
+def benchmark_gate(values: dict[str, Any], config: Any) -> Any:
+    """The benchmark gate as the serving action builds it, from the inventory's serving_bench_* and
+    this machine's hardware line."""
+    from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, hardware  # noqa: PLC0415
+    from specdeploy.gate.rules import GateSettings  # noqa: PLC0415
+    from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
+
+    named = {k.removeprefix("serving_bench_"): v for k, v in values.items() if k.startswith("serving_bench_")}
+    named["budget"] = named.pop("budget_s", 60)  # (the role hands serving_bench_budget_s as `budget`)
+    settings = GateSettings.from_vars(named)
+    if settings.problems():
+        raise SystemExit("the inventory's benchmark settings are refused:\n- " + "\n- ".join(settings.problems()))
+    probe = subprocess.run(["sh", "-c", HARDWARE_PROBE], capture_output=True, text=True, check=False)
+    return BenchmarkGate(settings, config.engine, config.speculative_method == "eagle3", MODEL_MOUNT,
+                         config.served_model_name, f"http://127.0.0.1:{PORT}", config.api_key, hardware(probe.stdout),
+                         config.trust_remote_code)  # fmt: skip
+
+
+def gate(args: argparse.Namespace) -> int:
+    """The gate's sweep and speculation-off baseline, as a rollout runs them, in two device calls
+    (each under the per-call limit): `--baseline` measures the same flags without the drafter and
+    keeps the result in the store under its baseline key (the host's record's part); the next call
+    measures the speculative engine and judges it against it (bench.json, the crossover line)."""
+    out, values, config = prepare(args)
+    judge = benchmark_gate(values, config)
+    local = LocalExec(str(site("vllm")))
+    off = config.speculation_off()
+    key = judge.baseline_key(off.digest(), args.engine_version)
+    kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
+    if args.baseline:
+        code, verdict_line, seconds = start_watched(off, args, out / "baseline")
+        measured: dict[str, Any] = {"sweep": [], "note": f"the speculation-off engine was not READY ({verdict_line})"}
+        try:
+            started = time.monotonic()
+            if code == 0:
+                measured = judge.baseline(local, None)
+            log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - started:.1f} s: "
+                + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
+                            for p in measured["sweep"]))  # fmt: skip
+        finally:
+            stop_engines()
+        doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured}
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(doc, indent=2))
+        (out / "baseline.json").write_text(json.dumps(doc, indent=2))
+        return code
+    baseline = json.loads(kept.read_text()) if kept.is_file() else None
+    log(f"baseline {key[:19]}: {'kept from the --baseline call' if baseline else 'none (run --baseline first)'}")
+    code, verdict_line, seconds = start_watched(config, args, out / "speculative")
+    try:
+        if code == 0:
+            verdict = json.loads((out / "speculative" / "verdict.json").read_text())
+            result = judge(local, verdict, None, None, baseline)
+            (out / "bench.json").write_text(json.dumps({**result.report, "start_s": seconds}, indent=2))
+            log(result.message)
+    finally:
+        stop_engines()
+    return code
 
 
 def watch(rest: list[str]) -> int:
@@ -322,22 +407,28 @@ def main() -> int:
     ins = sub.add_parser("install")
     ins.add_argument("engine")
     ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
-    srv = sub.add_parser("serve")
-    srv.add_argument("engine", choices=("vllm", "sglang"))
-    srv.add_argument("--inventory", default="inventories/gpu-h200")
-    srv.add_argument("--set", action="append", default=[], help="serving_KEY=VALUE (YAML) over the inventory")
-    srv.add_argument("--env", action="append", default=[], help="KEY=VALUE for the engine, beyond the rendering")
-    srv.add_argument("--site", action="append", help="engine site folders (default: the engine's)")
-    srv.add_argument("--architecture", default="kimi_k25", choices=("kimi_k25", "deepseek_v3"))
-    srv.add_argument("--drafter-ids", default="", help="aux layer ids for a drafter variant, e.g. 3,4,5")
-    srv.add_argument("--tag", default="", help="subfolder of $OUT")
-    srv.add_argument("--stall-timeout", type=float, default=240)
-    srv.add_argument("--timeout", type=float, default=480)
+    engine_run = argparse.ArgumentParser(add_help=False)  # what `serve` and `gate` share
+    engine_run.add_argument("engine", choices=("vllm", "sglang"))
+    engine_run.add_argument("--inventory", default="inventories/gpu-h200")
+    engine_run.add_argument("--set", action="append", default=[], help="serving_KEY=VALUE (YAML) over the inventory")
+    engine_run.add_argument("--env", action="append", default=[], help="KEY=VALUE for the engine, beyond the rendering")
+    engine_run.add_argument("--site", action="append", help="engine site folders (default: the engine's)")
+    engine_run.add_argument("--architecture", default="kimi_k25", choices=("kimi_k25", "deepseek_v3"))
+    engine_run.add_argument("--drafter-ids", default="", help="aux layer ids for a drafter variant, e.g. 3,4,5")
+    engine_run.add_argument("--tag", default="", help="subfolder of $OUT")
+    engine_run.add_argument("--stall-timeout", type=float, default=240)
+    engine_run.add_argument("--timeout", type=float, default=480)
+    srv = sub.add_parser("serve", parents=[engine_run])
     srv.add_argument("--no-bench", action="store_true")
     srv.add_argument("--prompts", type=int, default=32)
     srv.add_argument("--concurrency", type=int, default=4)
     srv.add_argument("--tokens", type=int, default=64)
+    gat = sub.add_parser("gate", parents=[engine_run], help="the gate's sweep against the speculation-off baseline")
+    gat.add_argument("--baseline", action="store_true", help="measure and keep the speculation-off baseline")
+    gat.add_argument("--engine-version", default="", help="the engine's version (part of the baseline's key)")
     args = parser.parse_args()
+    if args.step == "gate":
+        return gate(args)
     if args.step == "receive":
         receive()
         return 0

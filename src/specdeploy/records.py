@@ -26,13 +26,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from specdeploy import names
-from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.figures import Figures
 from specdeploy.paths import state_dir
+
+if TYPE_CHECKING:  # (the GPU machine's gate step reads records without Docker's client)
+    from specdeploy.connection import CommandHost
 from specdeploy.serve.prewarm import PrewarmReport
 
 STATE_DIR = names.SERVING_STATE_DIR  # serving_state_dir's default

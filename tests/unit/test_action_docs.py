@@ -80,10 +80,12 @@ def _returned_keys(name: str) -> set[str]:
     keys = {n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     if name == "specdeploy_serve":  # {**asdict(outcome), ...}
         keys |= {field.name for field in dataclasses.fields(Outcome)}
-    if name == "specdeploy_engine_image_context":  # {**dockerfile.prepare_context(...), ...}
+    if name == "specdeploy_engine_image_context":  # {**dockerfile.prepare_context(...), ...} (its body: _prepare)
         tree = ast.parse((ROOT / "src/specdeploy/engine_image/dockerfile.py").read_text())
-        prepare = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "prepare_context")
-        returned = [n.value for n in ast.walk(prepare) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)]
+        prepare = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("prepare_context", "_prepare")]
+        returned = [
+            n.value for f in prepare for n in ast.walk(f) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)
+        ]
         keys |= {k.value for d in returned for k in d.keys if isinstance(k, ast.Constant)}
     return keys
 

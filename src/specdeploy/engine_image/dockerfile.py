@@ -108,7 +108,17 @@ def prepare_context(
     flashinfer_kernels: str = "",
 ) -> dict[str, object]:
     """Fill DEST with everything but the drafter: Dockerfile, wheelhouse, specdeploy wheels,
-    FlashInfer's kernel wheels when a folder of them is given."""
+    FlashInfer's kernel wheels when a folder of them is given. One host at a time: the fleet's hosts
+    share the controller's context (the same drafter), and two writers of one wheelhouse.tar tear it."""
+    with wheels.exclusive(dest.parent / f".{dest.name}.lock"):
+        return _prepare(prof, dest, drafter_digest=drafter_digest, base_digest=base_digest,
+                        sgl_kernel_build=sgl_kernel_build, wheel=wheel, base=base,
+                        loader_requirements=loader_requirements, flashinfer_kernels=flashinfer_kernels)  # fmt: skip
+
+
+def _prepare(prof: Profile, dest: Path, *, drafter_digest: str, base_digest: str | None, sgl_kernel_build: str,
+             wheel: Path | None, base: PipBase | None, loader_requirements: tuple[str, ...],
+             flashinfer_kernels: str) -> dict[str, object]:  # fmt: skip
     refused = flashinfer.problems(prof, flashinfer_kernels)
     if refused:
         raise SpecdeployError("; ".join(refused), hint=flashinfer.HINT)

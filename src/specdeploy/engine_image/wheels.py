@@ -5,12 +5,15 @@ Patch sets are tested against these, never against copies kept in the repository
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from specdeploy.errors import SpecdeployError
@@ -59,17 +62,32 @@ def deterministic_tar(folder: Path, out: Path) -> None:
                 tar.addfile(info, fh)
 
 
+@contextlib.contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """One process at a time past this point, across processes (an fcntl lock on LOCK)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def wheelhouse_tar(name: str, requirements: list[str], python_version: str | None = None) -> Path:
     """A tar of the wheels REQUIREMENTS resolve to, made once under .state/wheelhouses: one file to
-    copy to a host that installs with --no-index (no index reachable, or a TLS proxy it distrusts)."""
+    copy to a host that installs with --no-index (no index reachable, or a TLS proxy it distrusts).
+    Made under a lock: the fleet's hosts ask for it at once (three writers of one partial file made
+    a torn tar on the test bed), and the others then find it made."""
     out = state_dir() / "wheelhouses" / f"{name}.tar"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            pip_download(requirements, Path(tmp), python_version)
-            partial = out.with_suffix(".partial")
-            deterministic_tar(Path(tmp), partial)
-            partial.rename(out)
+    with exclusive(out.with_suffix(".lock")):
+        if not out.is_file():
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                wheels = Path(tmp) / "wheels"
+                pip_download(requirements, wheels, python_version)
+                partial = Path(tmp) / out.name
+                deterministic_tar(wheels, partial)
+                partial.rename(out)
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specdeploy import names
@@ -306,6 +306,12 @@ class ServingConfig:
         if self.api_key:  # both engines read it from the environment: never on the command line
             env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
         return env
+
+    def speculation_off(self) -> ServingConfig:
+        """The same engine, flags and model without the drafter: the benchmark's baseline. Its digest
+        (image left out: the image carries the drafter) names what a new drafter leaves unchanged."""
+        return replace(self, speculative_method="none", num_speculative_tokens=0, draft_attention_backend="",
+                       draft_kv_cache_dtype="")  # fmt: skip
 
     def digest(self) -> str:
         """What the container is made of (the API key as a hash only)."""

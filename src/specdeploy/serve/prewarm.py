@@ -16,9 +16,11 @@ import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specdeploy.connection import CommandHost
+if TYPE_CHECKING:  # (the GPU machine's gate step reads records without Docker's client)
+    from specdeploy.connection import CommandHost
+
 
 # What may be spared by default: the old engine still serves, and its host needs the rest.
 DEFAULT_MAX_FRACTION = 0.5

@@ -266,18 +266,17 @@ class Rollout:
         measured now, once, while the host is out of service anyway (old engine stopped, new not
         started: one GPU set holds one engine), on the new image with the same flags but no drafter."""
         gate = self.gate
-        if gate is None or not gate.wants_baseline() or cfg.speculative_method == "none":
+        if gate is None or not gate.wants_baseline():  # (it wants one only for a speculative engine)
             return None
-        # The same engine, flags and model without the drafter: what a new drafter leaves unchanged.
-        off = replace(cfg, speculative_method="none", image="", num_speculative_tokens=0, draft_attention_backend="",
-                      draft_kv_cache_dtype="")  # fmt: skip
+        off = cfg.speculation_off()
         labels = self._retry(lambda: self.client.images.get(image_id).labels) or {}
-        key = gate.baseline_key(off.digest(), str(labels.get("io.specdeploy.engine-version") or image_id))
+        version = str(labels.get("io.specdeploy.engine-version") or image_id)
+        key = gate.baseline_key(replace(off, image="").digest(), version)
         if key in self.record.baselines:
             return self.record.baselines[key]
         self._step("measuring-baseline")
         self._remove(BASELINE)  # (a leftover of an interrupted run)
-        kwargs = {**replace(cfg, speculative_method="none").container_kwargs(image_id), "name": BASELINE}
+        kwargs = {**off.container_kwargs(image_id), "name": BASELINE}
         container = self._retry(lambda: self.client.containers.create(**kwargs))
         measured: dict[str, Any] | None = None
         verdict: Verdict | None = None

@@ -1,0 +1,100 @@
+"""The GPU machine's gate step (`on_device.py gate`): the benchmark gate's own code, its client run as
+a local process from a site folder. Here the site holds a simulated `vllm` whose `bench serve` writes a
+result in the client's layout: what runs on the H200 is the real vLLM."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from gpu_truth import on_device
+
+from specdeploy.gate.client import tar_archive
+
+# A simulated `python -m vllm.entrypoints.cli.main bench serve`: the result file the gate reads, with
+# 100 tok/s per request in flight, and the spec-decode counters only while SPEC exists (the drafter on).
+FAKE_CLI = """
+import json, os, sys
+args = sys.argv[1:]
+opt = lambda name: args[args.index(name) + 1]
+level = int(opt("--max-concurrency"))
+doc = {"completed": int(opt("--num-prompts")), "failed": 0, "duration": 1.0,
+       "output_throughput": (130.0 if os.path.exists(SPEC) else 100.0) * min(level, 8),
+       "p50_ttft_ms": 5, "p99_ttft_ms": 9, "p50_itl_ms": 1, "p99_itl_ms": 2}
+if os.path.exists(SPEC):
+    doc |= {"spec_decode_acceptance_rate": 90.0, "spec_decode_acceptance_length": 3.7,
+            "spec_decode_per_position_acceptance_rates": [0.95, 0.9, 0.85]}
+os.makedirs(opt("--result-dir"), exist_ok=True)
+json.dump(doc, open(os.path.join(opt("--result-dir"), opt("--result-filename")), "w"))
+"""
+
+
+@dataclass
+class Machine:
+    root: Path
+    started: list[str]  # the speculative method of each engine started, in order
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
+    """The store, $OUT and a site with the simulated client; engines 'start' READY and 'stop'."""
+    spec = tmp_path / "spec-on"
+    cli = tmp_path / "store" / "site-vllm" / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for folder in (cli.parent.parent, cli.parent, cli):
+        (folder / "__init__.py").write_text("")
+    (cli / "main.py").write_text(f"SPEC = {str(spec)!r}\n" + textwrap.dedent(FAKE_CLI))
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(on_device, "OUT", tmp_path / "out")
+    monkeypatch.setattr(on_device, "tiny_models", lambda *_: tmp_path / "models")
+    monkeypatch.setattr(on_device, "place", lambda *_: None)
+    started: list[str] = []
+
+    def start(config, args, out: Path) -> tuple[int, str, float]:
+        started.append(config.speculative_method)
+        spec.unlink(missing_ok=True) if config.speculative_method == "none" else spec.touch()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verdict.json").write_text(json.dumps({"status": "READY"}))
+        return 0, "READY 1.0 s", 1.0
+
+    monkeypatch.setattr(on_device, "start_watched", start)
+    monkeypatch.setattr(on_device, "stop_engines", lambda: None)
+    return Machine(tmp_path, started)
+
+
+def call(*argv: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr("sys.argv", ["on_device.py", "gate", "vllm", "--set", "serving_bench_sweep=[1, 4, 16]",
+                                     "--set", "serving_bench_budget_s=45", *argv])  # fmt: skip
+    return on_device.main()
+
+
+def test_the_baseline_is_kept_then_judges_the_speculative_sweep(machine: Machine, monkeypatch) -> None:
+    assert call("--baseline", "--engine-version", "0.26.0", monkeypatch=monkeypatch) == 0
+    kept = json.loads((machine.root / "out" / "baseline.json").read_text())
+    assert [p["concurrency"] for p in kept["sweep"]] == [1, 4, 16] and kept["key"].startswith("sha256:")
+    assert [p["output_tokens_per_s"] for p in kept["sweep"]] == [100.0, 400.0, 800.0]
+
+    assert call("--engine-version", "0.26.0", monkeypatch=monkeypatch) == 0
+    assert machine.started == ["none", "eagle3"]
+    bench = json.loads((machine.root / "out" / "bench.json").read_text())
+    assert bench["speedup"] == {"1": 1.3, "4": 1.3, "16": 1.3}
+    assert bench["crossover"].startswith("EAGLE-3 pays at every measured concurrency on this host, up to 16")
+    assert bench["gate"]["passed"] and bench["figures"]["acceptance_length"] == 3.7
+
+
+def test_a_baseline_of_another_engine_version_is_not_taken(machine: Machine, monkeypatch) -> None:
+    assert call("--baseline", "--engine-version", "0.26.0", monkeypatch=monkeypatch) == 0
+    assert call("--engine-version", "0.27.0", monkeypatch=monkeypatch) == 0
+    bench = json.loads((machine.root / "out" / "bench.json").read_text())
+    assert bench["baseline"] is None and "speedup" not in bench
+
+
+def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: Path) -> None:
+    local = on_device.LocalExec(str(tmp_path))
+    done = local.exec_run(["sh", "-c", "echo out; echo err >&2; exit 3"], environment={"X": "1"}, demux=True)
+    assert (done.exit_code, done.output) == (3, (b"out\n", b"err\n"))
+    assert local.put_archive(str(tmp_path / "d"), tar_archive({"a.json": b"{}"}))
+    assert (tmp_path / "d" / "a.json").read_bytes() == b"{}"
