@@ -17,6 +17,7 @@ from specdeploy.gate import client
 from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import (
     CALIBRATION_TOKENS,
+    FEWEST_TOKENS,
     GateSettings,
     at_concurrency,
     crossover,
@@ -24,6 +25,7 @@ from specdeploy.gate.rules import (
     output_tokens,
     refusals,
     speedups,
+    sweep_rounds,
 )
 from specdeploy.records import BENCH_SCHEMA, utc_now
 
@@ -135,15 +137,20 @@ class BenchmarkGate:
         return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
 
     def sweep(self, container: client.ExecContainer, tokens: int) -> list[dict[str, Any]]:
-        """The engine at each of the settings' concurrencies, TOKENS per request, twice as many requests
-        as in flight (the prompt set, cycled). A level the client cannot finish is kept with its error."""
-        texts, out = client.prompts(), []
+        """The engine at each of the settings' concurrencies, TOKENS per request, in whole rounds (as
+        many requests as in flight; the prompt set, cycled) that last about SWEEP_LEVEL_S, timed by the
+        level before. A level the client cannot finish is kept with its error."""
+        texts, out, round_s = client.prompts(), [], None
         for level in self.settings.sweep:
-            batch = [texts[i % len(texts)] for i in range(max(2 * level, 4))]
+            rounds = sweep_rounds(level, round_s)
+            batch = [texts[i % len(texts)] for i in range(level * rounds)]
             try:
-                out.append({"concurrency": level, **self._run(container, batch, level, tokens).to_dict()})
+                figures = self._run(container, batch, level, tokens)
             except client.BenchFailed as exc:
-                out.append({"concurrency": level, "error": str(exc)[:300]})
+                out.append({"concurrency": level, "rounds": rounds, "error": str(exc)[:300]})
+                continue
+            round_s = figures.duration_s / rounds
+            out.append({"concurrency": level, "rounds": rounds, **figures.to_dict()})
         return out
 
     def baseline(self, container: client.ExecContainer, previous_kept: dict[str, Any] | None) -> dict[str, Any]:
@@ -203,6 +210,10 @@ class BenchmarkGate:
         speedup: dict[str, Any] = {}
         try:
             concurrency, tokens = self._sizing(container, texts, previous)
+            if previous is None and tokens <= FEWEST_TOKENS:
+                budget = self.settings.budget_s
+                note += (f"; the budget sized only {tokens} tokens per request (the client's start-up took most of "
+                         f"serving_bench_budget_s {budget:g} s): raise it to measure decode")  # fmt: skip
             figures = self._run(container, texts, concurrency, tokens)
             ab = comparison == "outgoing"
             problems = refusals(figures, previous, self.settings, self.speculative, same_minute=ab)

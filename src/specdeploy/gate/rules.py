@@ -7,17 +7,25 @@ promoted version's on the same host and hardware, and refuses it on a fall large
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from specdeploy.gate.figures import Figures
 
 CLIENT_START_S = 20.0  # `vllm bench serve` imports vLLM and loads the tokenizer (measured ~10 s on the test bed)
+# The fewest tokens per request a budget sizes: what is left when the client's start-up took the budget
+# (on the H200, vLLM 0.26's client took ~25 s of a 60-s budget, twice: 8 tokens, a measure of TTFT only).
+FEWEST_TOKENS = 8
 CALIBRATION_TOKENS = 32  # per request of the short sizing run (one request per concurrency slot)
 # Two throughputs compare only if the host was about as busy for both: a difference in the 1-minute
 # load average of more than half a CPU per CPU is another machine, as far as tokens/s go (the test
 # bed's fleet under a steady load: 44.7 tok/s idle against 20.4 beside two serving engines).
 LOAD_TOLERANCE = 0.5
+# A sweep level runs whole rounds (as many requests as in flight) for at least this long: on the H200
+# two sweeps of the same configuration, levels of 1-3 s, gave 6103 and 3171 tok/s at 16 (run-to-run noise).
+SWEEP_LEVEL_S = 8.0
+SWEEP_ROUNDS = (2, 8)  # the fewest and the most rounds a level runs
 
 
 def flag(value: Any) -> bool:
@@ -72,8 +80,8 @@ def output_tokens(settings: GateSettings, prompts: int, tokens_per_s: float, mea
     """Tokens per request so that PROMPTS requests fit MEASURING_S at the output speed a short run at
     the same concurrency measured on this engine (tokens/s over all requests in flight)."""
     if tokens_per_s <= 0 or measuring_s <= 0:
-        return 8
-    return max(8, min(settings.max_tokens, int(0.8 * measuring_s * tokens_per_s / prompts)))
+        return FEWEST_TOKENS
+    return max(FEWEST_TOKENS, min(settings.max_tokens, int(0.8 * measuring_s * tokens_per_s / prompts)))
 
 
 def _fall(name: str, new: float, old: float, limit: float) -> str | None:
@@ -127,6 +135,16 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
         fall = _fall("output tokens/s", new.output_tokens_per_s, previous.output_tokens_per_s, settings.max_regression)
         out += [fall] if fall else []
     return out
+
+
+def sweep_rounds(level: int, round_s: float | None) -> int:
+    """Rounds of LEVEL requests for one sweep level: enough to last SWEEP_LEVEL_S at ROUND_S, the
+    seconds a round took at the level before (None: the first level, at least 4 requests). The lower
+    level's round is the shorter, so a level runs at least as long as asked, up to the most rounds."""
+    fewest, most = SWEEP_ROUNDS
+    if not round_s or round_s <= 0:
+        return max(fewest, -(-4 // level))
+    return max(fewest, min(most, math.ceil(SWEEP_LEVEL_S / round_s)))
 
 
 def speedups(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[int, float]:

@@ -161,10 +161,12 @@ def test_the_sweep_is_divided_by_the_speculation_off_baseline_and_the_crossover_
     assert result.message.endswith("EAGLE-3 pays at every measured concurrency on this host, up to 4 (x1.25 at 1, "
                                    "x1.25 at 4)")  # fmt: skip
     assert result.report["baseline"] == baseline and len(result.report["sweep"]) == 2
-    # The sweep used the baseline's tokens per request, so the two divide; twice as many requests as in flight.
+    # The sweep used the baseline's tokens per request, so the two divide. Level 1 ran 4 requests; the
+    # fake's 2.5-s result made a round 0.63 s, so level 4 ran the most rounds (8) to last ~8 s.
     runs = [c[0] for c in container.calls if "bench" in c[0]][-2:]
     assert [r[r.index("--sharegpt-output-len") + 1] for r in runs] == [str(baseline["max_tokens"])] * 2
-    assert [r[r.index("--num-prompts") + 1] for r in runs] == ["4", "8"]
+    assert [r[r.index("--num-prompts") + 1] for r in runs] == ["4", "32"]
+    assert [p["rounds"] for p in result.report["sweep"]] == [4, 8]
 
 
 def test_speculation_slower_than_the_baseline_at_the_expected_concurrency_is_refused():
@@ -198,3 +200,11 @@ def test_hardware_names_gpus_or_the_cpu():
     gpus = "      8 NVIDIA RTX PRO 6000 Blackwell Server Edition\nmodel name\t: AMD EPYC 9555\n256\n"
     assert hardware(gpus) == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition; CPU AMD EPYC 9555, 256 threads"
     assert hardware("model name\t: Intel Xeon\n2\n") == "CPU Intel Xeon, 2 threads"
+
+
+def test_a_budget_that_leaves_the_fewest_tokens_says_to_raise_it():
+    """On the H200 the client's own start-up took ~25 s of a 60-s budget: 8 tokens per request."""
+    slow = gate()(FakeEngineContainer({**REAL, "output_throughput": 1.0}), READY, None)
+    assert slow.passed and "sized only 8 tokens per request" in slow.message
+    assert "serving_bench_budget_s 60 s): raise it" in slow.message
+    assert "sized only" not in gate()(FakeEngineContainer(REAL), READY, None).message

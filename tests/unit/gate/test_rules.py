@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from specdeploy.gate.figures import Figures
-from specdeploy.gate.rules import GateSettings, flag, incomparable, output_tokens, refusals
+from specdeploy.gate.rules import GateSettings, flag, incomparable, output_tokens, refusals, sweep_rounds
 
 
 def figures(length: float | None = 3.0, tok_s: float = 100.0, **changes: object) -> Figures:
@@ -115,3 +115,17 @@ def test_the_crossover_says_up_to_where_speculation_pays_with_each_figure():
 ])  # fmt: skip
 def test_a_baseline_needs_a_sweep_and_an_expected_concurrency_a_baseline(values, problem):
     assert any(problem in p for p in GateSettings.from_vars(values).problems())
+
+
+@pytest.mark.parametrize(
+    ("level", "round_s", "rounds"),
+    [
+        (1, None, 4),  # the first level: at least 4 requests
+        (16, None, 2),  # ... and at least 2 rounds
+        (16, 0.5, 8),  # 8 s wanted, a round takes 0.5 s: capped at 8 rounds
+        (4, 2.0, 4),
+        (64, 30.0, 2),  # a slow level still runs 2 rounds
+    ],
+)
+def test_a_sweep_level_runs_whole_rounds_for_about_eight_seconds(level: int, round_s: float | None, rounds: int):
+    assert sweep_rounds(level, round_s) == rounds

@@ -98,3 +98,26 @@ def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: P
     assert (done.exit_code, done.output) == (3, (b"out\n", b"err\n"))
     assert local.put_archive(str(tmp_path / "d"), tar_archive({"a.json": b"{}"}))
     assert (tmp_path / "d" / "a.json").read_bytes() == b"{}"
+
+
+RUNS = Path(__file__).resolve().parents[2] / "data" / "gpu_truth"
+
+
+@pytest.mark.parametrize("run", ["vllm-gate-budget60", "vllm-gate-budget180"])
+def test_the_h200_gate_runs_are_todays_rendering_and_rules(run: str) -> None:
+    """The H200's sweeps (vLLM 0.26.0, 2026-12-02): the speed-ups and the crossover line are what the
+    gate's rules make of the two recorded sweeps, and the commands are today's rendering of the
+    inventory (a change fails this: the runs are owed again)."""
+    from specdeploy.gate import rules
+
+    bench = json.loads((RUNS / run / "bench.json").read_text())
+    speedup = rules.speedups(bench["sweep"], bench["baseline"]["sweep"])
+    assert {str(c): s for c, s in speedup.items()} == bench["speedup"] and set(speedup) == {1, 4, 16, 64}
+    assert bench["crossover"] == rules.crossover(speedup)
+    assert bench["gate"]["passed"] and bench["figures"]["acceptance_length"] == 4.0
+    assert "H200" in bench["hardware"] and bench["baseline"]["hardware"] == bench["hardware"]
+    for name, method in (("command.json", "eagle3"), ("baseline-command.json", "none")):
+        record = json.loads((RUNS / run / name).read_text())
+        values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
+        config = on_device.render(values)
+        assert (config if method == "eagle3" else config.speculation_off()).command() == record["rendered_command"]
