@@ -214,8 +214,8 @@ def stop_engines() -> None:
 
 class LocalExec:
     """The engine's container, as the benchmark gate's client uses it, on a machine without Docker:
-    its files and commands are this machine's, `vllm` runs from the carried site (the client is
-    vLLM's own: its site alone, as SGLang's pins, openai among them, would shadow it)."""
+    its files and commands are this machine's; the client (`vllm ...`, `python3 -m ...`) runs on this
+    python3 with one engine's carried site alone (SGLang's pins, openai among them, would shadow vLLM's)."""
 
     def __init__(self, engine_sites: str) -> None:
         self.env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
@@ -230,6 +230,7 @@ class LocalExec:
         if "vllm" in argv:
             at = argv.index("vllm")
             argv[at : at + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+        argv = [sys.executable if a == "python3" else a for a in argv]
         done = subprocess.run(argv, capture_output=True, env={**self.env, **(environment or {})}, check=False)
         output = (done.stdout, done.stderr) if demux else done.stdout + done.stderr
         return types.SimpleNamespace(exit_code=done.returncode, output=output)
@@ -353,7 +354,7 @@ def gate(args: argparse.Namespace) -> int:
     measures the speculative engine and judges it against it (bench.json, the crossover line)."""
     out, values, config = prepare(args)
     judge = benchmark_gate(values, config)
-    local = LocalExec(str(site("vllm")))
+    local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
     off = config.speculation_off()
     key = judge.baseline_key(off.digest(), args.engine_version)
     kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"

@@ -120,8 +120,8 @@ class _SaidGate:
     def __call__(self, container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None,
                  outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
         gate = self.gate
-        self.action.say(f"benchmark gate: vllm bench serve in {container.name} (budget {gate.settings.budget_s:.0f} "
-                        f"s, on {gate.hardware})")  # fmt: skip
+        self.action.say(f"benchmark gate: {gate.client_name()} in {container.name} (budget "
+                        f"{gate.settings.budget_s:.0f} s, on {gate.hardware})")  # fmt: skip
         result = gate(container, verdict, kept, outgoing, baseline)
         if result.report.get("sweep"):
             self.action.say(f"benchmark gate: sweep {_sweep_line(result.report['sweep'])}")

@@ -20,6 +20,7 @@ import pytest
 
 from specdeploy import pins
 from specdeploy.engine_image import wheels
+from specdeploy.gate import client
 from specdeploy.serve import engine_words
 from specdeploy.serve.config import ServingConfig
 from tests.unit.templating import by_declaration, role_vars
@@ -187,3 +188,17 @@ def test_the_speculative_config_and_environment_are_the_engines_own(vllm_site, s
     sglang = rendered("sglang").command()
     assert sglang[sglang.index("--kv-cache-dtype") + 1] == "fp8_e4m3"  # SGLang's word for vLLM's fp8
     assert sglang[sglang.index("--speculative-draft-kv-cache-dtype") + 1] == "fp8_e4m3"
+
+
+def test_the_gates_clients_take_only_flags_their_pinned_release_declares(vllm_site, sglang_site):
+    """The benchmark gate's command for each engine's own client: `vllm bench serve` (serve.py and its
+    dataset arguments) and SGLang's `sglang.benchmark.serving`."""
+    vllm_bench = _literal_flags(ast.parse((vllm_site / "vllm/benchmarks/serve.py").read_text()))
+    for path in sorted((vllm_site / "vllm/benchmarks/datasets").glob("*.py")):
+        vllm_bench |= _literal_flags(ast.parse(path.read_text()))
+    sglang_bench = _literal_flags(ast.parse((sglang_site / "sglang/benchmark/serving.py").read_text()))
+    for engine, declared in (("vllm", vllm_bench), ("sglang", sglang_bench)):
+        run = client.BenchRun("/models/target", "tiny", "http://127.0.0.1:8000", 8, 4, 64, 80.0, True, engine)
+        flags = set(flags_of(run.command()[3:]))  # (without the timeout wrapper)
+        assert len(flags) > 15 and flags - declared == set(), (engine, sorted(flags - declared))
+    assert "--trust-remote-code" in vllm_bench and "--flush-cache" in sglang_bench

@@ -82,9 +82,16 @@ class BenchmarkGate:
     hardware: str
     trust_remote_code: bool = False
 
+    def _client(self, prompts: int, concurrency: int, tokens: int) -> client.BenchRun:
+        limit = client.time_limit(self.settings.budget_s)
+        return client.BenchRun(self.model_path, self.served_model_name, self.base_url, prompts, concurrency, tokens,
+                               limit, self.trust_remote_code, self.engine)  # fmt: skip
+
+    def client_name(self) -> str:
+        return self._client(0, 1, 1).name()
+
     def _run(self, container: client.ExecContainer, texts: list[str], concurrency: int, tokens: int) -> Figures:
-        bench = client.BenchRun(self.model_path, self.served_model_name, self.base_url, len(texts), concurrency,
-                                tokens, client.time_limit(self.settings.budget_s), self.trust_remote_code)  # fmt: skip
+        bench = self._client(len(texts), concurrency, tokens)
         before = host_load(container)
         figures = client.run(container, bench, texts, self.api_key)
         after = host_load(container)
@@ -96,8 +103,6 @@ class BenchmarkGate:
         of its own record when there is one on this hardware, else sized as a first benchmark is. The
         new version is then judged against these figures, an A/B under the same conditions; its
         record stays as history. {"figures": None, "note": why} when it cannot be measured."""
-        if self.engine != "vllm":
-            return {"figures": None, "note": f"not built for {self.engine} yet"}
         kept = self._kept(previous_kept)[0]
         texts = client.prompts()
         try:
@@ -191,11 +196,6 @@ class BenchmarkGate:
         promoted version's record), whose throughput counts only if the host was as busy then."""
         start = time.monotonic()
         base = {"schema": BENCH_SCHEMA, "time": utc_now(), "hardware": self.hardware}
-        if self.engine != "vllm":
-            message = f"benchmark gate: not built for {self.engine} yet (vLLM's client only); nothing measured"
-            return GateResult(True, message, None, {**base, "figures": None, "previous": None,
-                              "gate": {"enabled": self.settings.enabled, "passed": True, "problems": [],
-                                       "seconds": 0.0, "note": message}})  # fmt: skip
         record, note = self._kept(previous_kept)
         previous, comparison = record, "record" if record else "none"
         if outgoing and outgoing.get("figures"):
@@ -226,8 +226,7 @@ class BenchmarkGate:
                 problems += slower
         except client.BenchFailed as exc:
             problems = [f"the benchmark could not run: {exc}"]
-        bench = client.BenchRun(self.model_path, self.served_model_name, self.base_url, len(texts), concurrency,
-                                tokens, client.time_limit(self.settings.budget_s), self.trust_remote_code)  # fmt: skip
+        bench = self._client(len(texts), concurrency, tokens)
         seconds = round(time.monotonic() - start, 1)
         passed = not problems or not self.settings.enabled
         if problems:

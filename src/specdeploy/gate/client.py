@@ -1,11 +1,14 @@
-"""The benchmark gate's client: vLLM's own `vllm bench serve`, run inside the new engine's container.
+"""The benchmark gate's client: the engine's own, run inside the new engine's container.
 
-A kept client rather than ours: it streams chat completions through the engine's chat template
-(`--backend openai-chat`), times TTFT and every inter-token gap, and reads the spec-decode counters
-from `/metrics` before and after. Inside the engine's container, because the image already holds
-the exact vLLM and the tokenizer's model folder, and the endpoint is on its loopback: nothing is
+Kept clients rather than ours. For vLLM, `vllm bench serve`: it streams chat completions through the
+engine's chat template (`--backend openai-chat`), times TTFT and every inter-token gap, and reads the
+spec-decode counters from `/metrics` before and after. For SGLang, `python3 -m sglang.benchmark.serving`
+(`--backend sglang-oai-chat`, the same prompts and flags in its words): it reads SGLang's own
+acceptance figure (`/server_info`'s `avg_spec_accept_length`; `--flush-cache` resets it after the
+warm-up, so it is about this run's). Inside the engine's container, because the image already holds
+the exact engine and the tokenizer's model folder, and the endpoint is on its loopback: nothing is
 installed on the host and no port leaves it. The API key reaches the client in its environment
-(`OPENAI_API_KEY`, which vLLM's client reads), never on its command line."""
+(`OPENAI_API_KEY`, which both clients read), never on its command line."""
 
 from __future__ import annotations
 
@@ -49,9 +52,14 @@ class BenchRun:
     timeout_s: float
     trust_remote_code: bool = False
 
+    engine: str = "vllm"
+
     def command(self) -> list[str]:
-        cmd = ["timeout", "--signal=KILL", f"{self.timeout_s:.0f}",
-               "vllm", "bench", "serve", "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+        limit = ["timeout", "--signal=KILL", f"{self.timeout_s:.0f}"]
+        return [*limit, *(self._sglang() if self.engine == "sglang" else self._vllm())]
+
+    def _vllm(self) -> list[str]:
+        cmd = ["vllm", "bench", "serve", "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
                "--base-url", self.base_url, "--model", self.model_path, "--tokenizer", self.model_path,
                "--served-model-name", self.served_model_name,
                "--dataset-name", "sharegpt", "--dataset-path", f"{WORKDIR}/{DATASET}",
@@ -60,6 +68,22 @@ class BenchRun:
                "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
                "--save-result", "--result-dir", WORKDIR, "--result-filename", RESULT]  # fmt: skip
         return [*cmd, "--trust-remote-code"] if self.trust_remote_code else cmd
+
+    def _sglang(self) -> list[str]:
+        """SGLang 0.5.23's `sglang/benchmark/serving.py` (0.5.17's takes the same flags): it ignores EOS
+        unless told not to, loads the tokenizer with trust_remote_code always, appends one JSON line
+        to --output-file."""
+        return ["python3", "-m", "sglang.benchmark.serving", "--backend", "sglang-oai-chat",
+                "--base-url", self.base_url, "--model", self.model_path, "--tokenizer", self.model_path,
+                "--served-model-name", self.served_model_name,
+                "--dataset-name", "sharegpt", "--dataset-path", f"{WORKDIR}/{DATASET}",
+                "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.max_tokens),
+                "--max-concurrency", str(self.concurrency), "--request-rate", "inf", "--seed", "0",
+                "--extra-request-body", '{"temperature": 0}', "--warmup-requests", "1", "--flush-cache",
+                "--disable-tqdm", "--output-file", f"{WORKDIR}/{RESULT}"]  # fmt: skip
+
+    def name(self) -> str:
+        return "python3 -m sglang.benchmark.serving" if self.engine == "sglang" else "vllm bench serve"
 
 
 class ExecContainer(Protocol):
@@ -95,14 +119,14 @@ def run(container: ExecContainer, bench: BenchRun, texts: list[str], api_key: st
     if done.exit_code != 0:
         why = "killed at its time limit" if done.exit_code in (124, 137) else f"exit {done.exit_code}"
         tail = (err or out).strip().splitlines()[-12:]
-        raise BenchFailed(f"vllm bench serve failed ({why}, limit {bench.timeout_s:.0f} s): " + " | ".join(tail))
+        raise BenchFailed(f"{bench.name()} failed ({why}, limit {bench.timeout_s:.0f} s): " + " | ".join(tail))
     result = container.exec_run(["cat", f"{WORKDIR}/{RESULT}"])
     try:
-        doc = json.loads(result.output)
-        return Figures.from_vllm_bench(doc, num_prompts=bench.num_prompts, concurrency=bench.concurrency,
-                                       max_tokens=bench.max_tokens)  # fmt: skip
+        return Figures.from_client(bench.engine, bytes(result.output or b"").decode(errors="replace"),
+                                   num_prompts=bench.num_prompts, concurrency=bench.concurrency,
+                                   max_tokens=bench.max_tokens)  # fmt: skip
     except (ValueError, BadResult) as exc:
-        raise BenchFailed(f"vllm bench serve wrote no readable result ({exc}); its output: {out[-800:]}") from exc
+        raise BenchFailed(f"{bench.name()} wrote no readable result ({exc}); its output: {out[-800:]}") from exc
 
 
 def time_limit(budget_s: float) -> float:

@@ -1,12 +1,15 @@
-"""What the benchmark gate measures on a new engine, read from `vllm bench serve --save-result`.
+"""What the benchmark gate measures on a new engine, read from the engine's own client's result.
 
-vLLM's own client measures the served endpoint: output tokens/s, TTFT and inter-token latency
-percentiles, and the spec-decode counters' deltas from the engine's `/metrics` (acceptance rate in
-percent, mean acceptance length, per-position acceptance). Keys checked in the vLLM 0.32 source
-(`vllm/benchmarks/serve.py`)."""
+vLLM's `vllm bench serve --save-result` measures the served endpoint: output tokens/s, TTFT and
+inter-token latency percentiles, and the spec-decode counters' deltas from the engine's `/metrics`
+(acceptance rate in percent, mean acceptance length, per-position acceptance). Keys checked in the
+vLLM 0.32 source (`vllm/benchmarks/serve.py`). SGLang's `sglang.benchmark.serving --output-file`
+appends one JSON line: the same throughput, medians and p99s, and `accept_length` (SGLang's mean
+acceptance length; no rate, no positions). Keys checked in SGLang 0.5.23 (`benchmark/serving.py`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,6 +62,34 @@ class Figures:
             per_position_acceptance=[round(float(x), 4) for x in positions if isinstance(x, int | float)],
         )
 
+    @classmethod
+    def from_sglang_bench(cls, doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+        completed = int(_number(doc, "completed"))
+        length = doc.get("accept_length")  # None when speculation is off (or SGLang had no figure yet)
+        return cls(
+            completed=completed,
+            failed=max(0, num_prompts - completed),
+            duration_s=round(_number(doc, "duration"), 3),
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
+            ttft_ms={"p50": round(_number(doc, "median_ttft_ms"), 3), "p99": round(_number(doc, "p99_ttft_ms"), 3)},
+            itl_ms={"p50": round(_number(doc, "median_itl_ms"), 3), "p99": round(_number(doc, "p99_itl_ms"), 3)},
+            acceptance_length=round(float(length), 4) if isinstance(length, int | float) and length > 0 else None,
+        )
+
+    @classmethod
+    def from_client(cls, engine: str, text: str, *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+        """The ENGINE's client's result file: vLLM's one JSON document, SGLang's last JSON line."""
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise BadResult("the result file is empty")
+        read = cls.from_sglang_bench if engine == "sglang" else cls.from_vllm_bench
+        doc = json.loads(lines[-1] if engine == "sglang" else text)
+        if not isinstance(doc, dict):
+            raise BadResult("the result is not a JSON object")
+        return read(doc, num_prompts=num_prompts, concurrency=concurrency, max_tokens=max_tokens)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -67,8 +98,8 @@ class Figures:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def summary(self) -> str:
-        acceptance = (f", acceptance {self.acceptance_rate:.0%}, mean length {self.acceptance_length:.2f}"
-                      if self.acceptance_rate is not None and self.acceptance_length is not None else "")  # fmt: skip
+        rate = f"acceptance {self.acceptance_rate:.0%}, " if self.acceptance_rate is not None else ""
+        acceptance = f", {rate}mean length {self.acceptance_length:.2f}" if self.acceptance_length is not None else ""
         load = f", host load {self.host_load:.2f}/CPU" if self.host_load is not None else ""
         return (f"{self.output_tokens_per_s:.1f} output tok/s, TTFT p50 {self.ttft_ms['p50']:.0f} ms, "
                 f"ITL p50 {self.itl_ms['p50']:.1f} ms{acceptance} ({self.completed} requests, "

@@ -115,7 +115,7 @@ def refusals(new: Figures, previous: Figures | None, settings: GateSettings, spe
     if new.failed:
         out.append(f"{new.failed} of {new.completed + new.failed} benchmark requests failed")
     if speculative and new.acceptance_length is None:
-        out.append("speculative decoding is on, but the benchmark saw no draft in the engine's /metrics")
+        out.append("speculative decoding is on, but the benchmark read no acceptance figure from the engine")
     length, floor = new.acceptance_length, settings.min_acceptance_length
     if speculative and length is not None and floor and length < floor:
         out.append(f"mean acceptance length {length:.2f} is below serving_bench_min_acceptance_length "

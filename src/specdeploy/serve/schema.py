@@ -281,8 +281,10 @@ KNOBS: tuple[Knob, ...] = (
     _role("state_dir", "path", names.SERVING_STATE_DIR,
           "Where the host records the serving version and the rollout's state machine (rollout.json).", absolute_path),
     _role("bench", "bool", True,
-          "Benchmark the new engine after READY, before promotion (vllm bench serve in its container).", boolean,
-          note="The benchmark gate (specdeploy.gate), between READY and promotion: vLLM's `vllm bench serve` in the\n"
+          "Benchmark the new engine after READY, before promotion (the engine's own client in its container).",
+          boolean,
+          note="The benchmark gate (specdeploy.gate), between READY and promotion: the engine's own client (vLLM's\n"
+               "`vllm bench serve`, SGLang's `sglang.benchmark.serving`) in the\n"
                "new engine's container, the shipped prompt set through its chat template, then a comparison with\n"
                "the last promoted version on this host and hardware. A refusal is a FAILED rollout (rolled back).",
           aside="false: no benchmark at all"),

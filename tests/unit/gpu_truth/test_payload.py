@@ -96,7 +96,7 @@ def test_a_trim_drops_the_member_and_its_record_line_and_refuses_a_missing_one(t
         payload.trim(wheel, ("vllm/missing.so",))
 
 
-@pytest.mark.parametrize("run", ["vllm-ready", "sglang-ds3-triton", "sglang-ds3-default"])
+@pytest.mark.parametrize("run", ["vllm-ready", "sglang-ds3-triton", "sglang-ds3-default", "sglang-gate"])
 def test_the_project_renders_the_command_that_served_on_the_h200(run: str) -> None:
     """If the rendering of the GPU inventory changes, this fails: run `make gpu-truth` again."""
     record = json.loads((RUNS / run / "command.json").read_text())
