@@ -40,6 +40,7 @@ from specdeploy.serve.prewarm import PrewarmReport
 STATE_DIR = names.SERVING_STATE_DIR  # serving_state_dir's default
 ROLLOUT_FILE, CURRENT_FILE = "rollout.json", "current.json"
 VERDICT_FILE, CONTAINER_FILE, PREWARM_FILE, BENCH_FILE = "verdict.json", "container.json", "prewarm.json", "bench.json"
+BASELINE_FILE = "baseline.json"  # the speculation-off start-up's sweep: a measurement, not a rollout
 BENCH_SCHEMA = 1
 PERCENTILES = ("p50", "p99")  # of bench.json's ttft_ms and itl_ms
 PHASES = ("warming", "stopping-old", "measuring-baseline", "starting-new", "watching", "benchmarking", "promoting",
@@ -79,8 +80,10 @@ def host_folders(root: Path) -> list[Path]:
 
 
 def rollout_runs(host_dir: Path) -> list[Path]:
-    """A host's watched start-ups, oldest first; a folder without verdict.json (an image build's) is not one."""
-    return sorted(p for p in host_dir.iterdir() if p.is_dir() and (p / VERDICT_FILE).exists())
+    """A host's watched rollouts, oldest first; a folder without verdict.json (an image build's) is not one,
+    nor the speculation-off baseline's start-up (its baseline.json)."""
+    return sorted(p for p in host_dir.iterdir()
+                  if p.is_dir() and (p / VERDICT_FILE).exists() and not (p / BASELINE_FILE).exists())  # fmt: skip
 
 
 def _write(folder: Path, name: str, data: object, default: Callable[[Any], str] | None = None) -> Path:
@@ -238,6 +241,11 @@ class Bench:
     # Speculation's speed-up over the speculation-off baseline, by concurrency, and the verdict's line.
     speedup: dict[int, float] = field(default_factory=dict)
     crossover: str = ""
+
+
+def write_baseline(folder: Path, measured: Mapping[str, Any]) -> Path:
+    """The speculation-off sweep, in its start-up's run folder (what the watchdog left there is its log)."""
+    return _write(folder, BASELINE_FILE, dict(measured))
 
 
 def write_bench(folder: Path, report: Mapping[str, Any], host: str, image: str, *, image_id: str = "",

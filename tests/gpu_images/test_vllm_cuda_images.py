@@ -283,6 +283,14 @@ def test_vllm_cuda_image_from_pypi_supports_eagle3(
         in log
     )
 
+    # The build listed the FlashInfer kernels the image carries (engine_side.flashinfer_kernels), in
+    # the engine's interpreter: its FlashInfer version and each ahead-of-time kernel package.
+    said = [line.strip() for line in log.splitlines() if "FlashInfer: " in line or "flashinfer-cubin" in line
+            or "flashinfer-jit-cache" in line or "no ahead-of-time kernels" in line]  # fmt: skip
+    with capsys.disabled():
+        print(f"  [{version}] FlashInfer in the build log: {said}", flush=True)
+    assert any("FlashInfer: flashinfer-python" in line for line in said), log[-4000:]
+
     labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", slot.tag).stdout)
     assert labels["io.specdeploy.profile"] == "vllm-cuda"
     assert labels["io.specdeploy.engine-version"] == version

@@ -160,6 +160,7 @@ class FakeWatch:
     def __init__(self, engine: FakeDocker, outcomes: dict[str, str]) -> None:
         self.engine, self.outcomes, self.watched = engine, outcomes, []
         self.floors: list[float] = []
+        self.diagnostics = "/tmp/specdeploy-fake-diagnostics"  # the run folder each verdict names
 
     def __call__(self, name: str, stall_floor_s: float = 0.0) -> Verdict:
         container = self.engine.named(name)
@@ -172,4 +173,4 @@ class FakeWatch:
                   {"stage": "resolving config", "began_s": 13.0, "seconds": 37.0}]  # fmt: skip
         startup = stages if status == "READY" else []
         return Verdict(status=status, elapsed_s=1.0, stage="API server up", headline=f"{status} {container.image_id}",
-                       diagnostics="/tmp/specdeploy-fake-diagnostics", startup=startup)  # fmt: skip
+                       diagnostics=self.diagnostics, startup=startup)  # fmt: skip

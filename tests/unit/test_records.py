@@ -397,12 +397,15 @@ def test_container_json_never_holds_the_api_key_and_names_its_image(tmp_path: Pa
     assert records.container_image(tmp_path) == FIRST and records.container_image(tmp_path / "none") == ""
 
 
-def test_the_run_folders_sort_by_time_and_an_image_build_is_no_rollout(tmp_path: Path) -> None:
+def test_the_run_folders_sort_by_time_and_an_image_build_or_a_baseline_is_no_rollout(tmp_path: Path) -> None:
     root = records.runs_root(tmp_path)
     assert records.host_runs("testbed-1", tmp_path) == tmp_path / "runs" / "testbed-1"
     for run in ("20261201T100000-2", "20261201T090000-1"):
         records.write_verdict(records.host_runs("testbed-1", tmp_path) / run, json.loads(VERDICT_JSON))
     (records.host_runs("testbed-1", tmp_path) / "20261201T085500").mkdir()  # image-build.log only
+    baseline = records.host_runs("testbed-1", tmp_path) / "20261201T095000-3"  # the speculation-off start-up
+    records.write_verdict(baseline, json.loads(VERDICT_JSON))
+    records.write_baseline(baseline, {"sweep": [{"concurrency": 1, "output_tokens_per_s": 56.4}]})
     assert [p.name for p in records.rollout_runs(root / "testbed-1")] == ["20261201T090000-1", "20261201T100000-2"]
     assert records.host_folders(root) == [root / "testbed-1"] and records.host_folders(tmp_path / "none") == []
     assert records.read_verdict(root / "testbed-1/20261201T090000-1").status == "READY"

@@ -22,7 +22,15 @@ from docker.models.containers import Container
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
-from specdeploy.records import EngineRef, RecordStore, RolloutRecord, run_folder, utc_now, write_container
+from specdeploy.records import (
+    EngineRef,
+    RecordStore,
+    RolloutRecord,
+    run_folder,
+    utc_now,
+    write_baseline,
+    write_container,
+)
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
 from specdeploy.transport import RECONNECT_GRACE_S, with_retries
 from specdeploy.watch.watchdog import Verdict
@@ -287,6 +295,8 @@ class Rollout:
                 measured = self._retry(lambda: gate.baseline(self.client.containers.get(str(container.id)), kept))
         finally:
             self._remove(BASELINE)
+        if verdict is not None and verdict.diagnostics:  # its run folder is a measurement, not a rollout
+            write_baseline(Path(verdict.diagnostics), measured or {"sweep": [], "verdict": verdict.first_line()})
         if measured and measured.get("sweep"):
             self.record.baselines[key] = measured
             return measured

@@ -4,6 +4,7 @@ interrupted and resumed, transport faults retried, and `-previous` only ever a p
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import requests
@@ -194,7 +195,10 @@ def test_the_outgoing_version_is_measured_out_of_the_router_before_it_stops_and_
 
 def test_the_baseline_runs_the_new_image_without_speculation_once_between_the_old_and_the_new_engine(tmp_path):
     host = Host(tmp_path, baseline=True)
+    host.watch.diagnostics = str(tmp_path / "run")
     host.deploy("v1")
+    # Its start-up's run folder holds the sweep, so the report does not count it as a rollout.
+    assert json.loads((tmp_path / "run" / "baseline.json").read_text())["sweep"][0]["output_tokens_per_s"] == 10.0
     # Measured with the old engine gone and the new not yet created: one engine on the GPUs at a time.
     assert host.gate.baselines == [(BASELINE, "sha256:v1", "running")] and host.docker.named(BASELINE) is None
     assert host.gate.judged_with[-1]["sweep"][0]["output_tokens_per_s"] == 10.0
