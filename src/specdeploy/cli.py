@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from specdeploy import __version__, inventory, verify
+from specdeploy import __version__, inventory, timing, verify
 from specdeploy.connection import HostConnection
 from specdeploy.engine_image import dockerfile, profiles
 from specdeploy.errors import SpecdeployError
@@ -99,7 +101,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    began, clock = time.time(), time.monotonic()
     inv = target_inventory(args, bring_up_testbed=True)
+    testbed_s = None if args.host else time.monotonic() - clock
+    timing_file = state_dir() / "timing" / "playbook.json"  # the callback's seconds per role
+    timing_file.parent.mkdir(parents=True, exist_ok=True)
+    timing_file.unlink(missing_ok=True)
+    os.environ[timing.TIMING_ENV] = str(timing_file)
     extra = ["--tags", args.tags] if args.tags else []
     for value in args.extra_vars:
         extra += ["--extra-vars", value]
@@ -109,6 +117,16 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         # The fleet test bed's engines have API keys from ansible-vault; its password is local state.
         extra += ["--vault-password-file", str(local_testbed().paths().root / "vault-password")]
     run = run_playbook(inv, *extra, playbook="ansible/site.yml" if args.host else TESTBED_PLAYBOOK)
+    made = os.environ.get("SPECDEPLOY_MAKE_START", "")  # `make deploy`'s start, before its set-up
+    for line in timing.deploy_table(
+        began=began,
+        make_start=float(made) if made else None,
+        testbed_s=testbed_s,
+        timing_file=timing_file,
+        runs_root=state_dir() / "runs",
+        ended=time.time(),
+    ):
+        err.print(line, markup=False, highlight=False)
     if run.returncode != 0:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
         return 1

@@ -5,13 +5,14 @@ whose inputs match the image's label is skipped; a failure reports the failing s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdeploy import docker_engine
+from specdeploy import docker_engine, timing
 from specdeploy.connection import CommandHost
 from specdeploy.engine_image import buildlog
 from specdeploy.engine_image.base_image import ensure_base_image
@@ -60,6 +61,7 @@ def build(host: CommandHost, req: BuildRequest, log_path: Path, on_step: Callabl
     cmd = host.command("env", "DOCKER_BUILDKIT=0", "docker", "build", *label, "-t", tag, req.context)
     start = time.monotonic()
     lines: list[str] = []
+    steps: list[tuple[str, float]] = []  # (step, when it began)
     with (
         log_path.open("w") as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc,
@@ -70,13 +72,25 @@ def build(host: CommandHost, req: BuildRequest, log_path: Path, on_step: Callabl
             lines.append(line.rstrip("\n"))
             step = buildlog.progress_line(line)
             if step:
-                on_step(f"{time.monotonic() - start:6.1f}s {step}")
+                steps.append((step, time.monotonic() - start))
+                on_step(f"{steps[-1][1]:6.1f}s {step}")
         code = proc.wait(timeout=req.timeout)
     seconds = round(time.monotonic() - start, 1)
+    write_steps(log_path.parent / timing.STEPS_FILE, tag, seconds, steps)
     if code != 0:
         return BuildResult(tag, before, False, False, str(log_path), seconds, buildlog.build_failure_summary(lines))
     after = host.inspect(tag, "{{.Id}}")
     return BuildResult(tag, after, after != before, False, str(log_path), seconds)
+
+
+def write_steps(path: Path, tag: str, seconds: float, steps: list[tuple[str, float]]) -> None:
+    """Each build step's seconds (to the next step's start, the last to the build's end), for the table
+    at the end of `make deploy` (specdeploy.timing). A cached step takes about nothing."""
+    ends = [began for _, began in steps[1:]] + [seconds]
+    doc = {"tag": tag, "seconds": seconds,
+           "steps": [{"step": step, "began_s": round(began, 1), "seconds": round(end - began, 1)}
+                     for (step, began), end in zip(steps, ends, strict=True)]}  # fmt: skip
+    path.write_text(json.dumps(doc, indent=1))
 
 
 def build_for(
