@@ -126,7 +126,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         runs_root=state_dir() / "runs",
         ended=time.time(),
     ):
-        err.print(line, markup=False, highlight=False)
+        err.print(line, markup=False, highlight=False, soft_wrap=True)  # one line a row, however wide
     if run.returncode != 0:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
         return 1

@@ -19,6 +19,7 @@ from typing import Any
 TIMING_ENV = "SPECDEPLOY_TIMING_FILE"  # where the callback writes the playbook's per-role seconds
 STEPS_FILE = "image-steps.json"
 SLOWEST_STEPS = 3
+NAME_MAX = 60  # a build step's instruction, cut: the table stays one line a row
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ def playbook_rows(timing_file: Path) -> list[Row]:
         return []
     roles = sorted(((str(k), float(v)) for k, v in doc["roles"].items()), key=lambda kv: -kv[1])
     rows = [Row("playbook (ansible-playbook)", float(doc.get("total_s") or sum(s for _, s in roles)))]
-    return rows + [Row(f"role {name}", seconds, part=True) for name, seconds in roles if seconds >= 0.5]
+    named = ((name if name.startswith("play:") else f"role {name}", s) for name, s in roles if s >= 0.5)
+    return rows + [Row(name, seconds, part=True) for name, seconds in named]
 
 
 def build_rows(run_dirs: list[Path]) -> list[Row]:
@@ -55,7 +57,8 @@ def build_rows(run_dirs: list[Path]) -> list[Row]:
             continue
         rows.append(Row("image build", float(steps.get("seconds") or 0), str(steps.get("tag") or "")))
         slowest = sorted(steps["steps"], key=lambda s: -float(s.get("seconds") or 0))[:SLOWEST_STEPS]
-        rows += [Row(f"step {s.get('step', '?')}", float(s.get("seconds") or 0), part=True) for s in slowest]
+        rows += [Row(f"step {str(s.get('step', '?'))[:NAME_MAX]}", float(s.get("seconds") or 0), part=True)
+                 for s in slowest]  # fmt: skip
     return rows
 
 
