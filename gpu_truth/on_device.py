@@ -334,7 +334,6 @@ def benchmark_gate(values: dict[str, Any], config: Any) -> Any:
     this machine's hardware line."""
     from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, hardware  # noqa: PLC0415
     from specdeploy.gate.rules import GateSettings  # noqa: PLC0415
-    from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
 
     named = {k.removeprefix("serving_bench_"): v for k, v in values.items() if k.startswith("serving_bench_")}
     named["budget"] = named.pop("budget_s", 60)  # (the role hands serving_bench_budget_s as `budget`)
@@ -342,9 +341,7 @@ def benchmark_gate(values: dict[str, Any], config: Any) -> Any:
     if settings.problems():
         raise SystemExit("the inventory's benchmark settings are refused:\n- " + "\n- ".join(settings.problems()))
     probe = subprocess.run(["sh", "-c", HARDWARE_PROBE], capture_output=True, text=True, check=False)
-    return BenchmarkGate(settings, config.engine, config.speculative_method == "eagle3", MODEL_MOUNT,
-                         config.served_model_name, f"http://127.0.0.1:{PORT}", config.api_key, hardware(probe.stdout),
-                         config.trust_remote_code)  # fmt: skip
+    return BenchmarkGate.for_engine(settings, config, hardware(probe.stdout))
 
 
 def gate(args: argparse.Namespace) -> int:
@@ -356,7 +353,7 @@ def gate(args: argparse.Namespace) -> int:
     judge = benchmark_gate(values, config)
     local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
     off = config.speculation_off()
-    key = judge.baseline_key(off.digest(), args.engine_version)
+    key = judge.baseline_key(config.baseline_digest(), args.engine_version)
     kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
     if args.baseline:
         code, verdict_line, seconds = start_watched(off, args, out / "baseline")

@@ -28,12 +28,13 @@ from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
+from specdeploy.gate import client
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, GateResult, hardware
 from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.records import STATE_DIR, HostRecords, Serving, host_runs, write_bench, write_prewarm
 from specdeploy.serve import rollout as rollouts
-from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
+from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.prewarm import Prewarmer, PrewarmReport, prewarmer
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
@@ -120,7 +121,7 @@ class _SaidGate:
     def __call__(self, container: Any, verdict: dict[str, Any], kept: dict[str, Any] | None,
                  outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
         gate = self.gate
-        self.action.say(f"benchmark gate: {gate.client_name()} in {container.name} (budget "
+        self.action.say(f"benchmark gate: {client.name(gate.engine)} in {container.name} (budget "
                         f"{gate.settings.budget_s:.0f} s, on {gate.hardware})")  # fmt: skip
         result = gate(container, verdict, kept, outgoing, baseline)
         if result.report.get("sweep"):
@@ -230,9 +231,7 @@ class ActionModule(SpecdeployAction):
         settings = GateSettings.from_vars(values)
         probe = subprocess.run(self.connection.commands.command("sh", "-c", HARDWARE_PROBE), capture_output=True,
                                text=True, check=False, timeout=60)  # fmt: skip
-        return BenchmarkGate(settings, cfg.engine, cfg.speculative_method == "eagle3", MODEL_MOUNT,
-                             cfg.served_model_name, cfg.url_inside, cfg.api_key, hardware(probe.stdout),
-                             cfg.trust_remote_code)  # fmt: skip
+        return BenchmarkGate.for_engine(settings, cfg, hardware(probe.stdout))
 
     def membership(self, args: dict[str, Any], port: int) -> RouterMembership | None:
         if not args["router_host"]:

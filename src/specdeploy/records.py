@@ -32,10 +32,10 @@ from specdeploy import names
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.figures import Figures
 from specdeploy.paths import state_dir
+from specdeploy.serve.prewarm import PrewarmReport
 
 if TYPE_CHECKING:  # (the GPU machine's gate step reads records without Docker's client)
     from specdeploy.connection import CommandHost
-from specdeploy.serve.prewarm import PrewarmReport
 
 STATE_DIR = names.SERVING_STATE_DIR  # serving_state_dir's default
 ROLLOUT_FILE, CURRENT_FILE = "rollout.json", "current.json"

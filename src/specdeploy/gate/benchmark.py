@@ -28,6 +28,7 @@ from specdeploy.gate.rules import (
     sweep_rounds,
 )
 from specdeploy.records import BENCH_SCHEMA, utc_now
+from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
 
 # Read on the host: the accelerators a figure belongs to (the CPU where there is none: the test bed).
 HARDWARE_PROBE = ("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c "
@@ -82,13 +83,16 @@ class BenchmarkGate:
     hardware: str
     trust_remote_code: bool = False
 
+    @classmethod
+    def for_engine(cls, settings: GateSettings, cfg: ServingConfig, hardware_line: str) -> BenchmarkGate:
+        """The gate of CFG's engine: its own client inside its container, on the engine's loopback URL."""
+        return cls(settings, cfg.engine, cfg.speculative_method == "eagle3", MODEL_MOUNT, cfg.served_model_name,
+                   cfg.url_inside, cfg.api_key or "", hardware_line, cfg.trust_remote_code)  # fmt: skip
+
     def _client(self, prompts: int, concurrency: int, tokens: int) -> client.BenchRun:
         limit = client.time_limit(self.settings.budget_s)
         return client.BenchRun(self.model_path, self.served_model_name, self.base_url, prompts, concurrency, tokens,
                                limit, self.trust_remote_code, self.engine)  # fmt: skip
-
-    def client_name(self) -> str:
-        return self._client(0, 1, 1).name()
 
     def _run(self, container: client.ExecContainer, texts: list[str], concurrency: int, tokens: int) -> Figures:
         bench = self._client(len(texts), concurrency, tokens)

@@ -51,7 +51,6 @@ class BenchRun:
     max_tokens: int
     timeout_s: float
     trust_remote_code: bool = False
-
     engine: str = "vllm"
 
     def command(self) -> list[str]:
@@ -83,7 +82,12 @@ class BenchRun:
                 "--disable-tqdm", "--output-file", f"{WORKDIR}/{RESULT}"]  # fmt: skip
 
     def name(self) -> str:
-        return "python3 -m sglang.benchmark.serving" if self.engine == "sglang" else "vllm bench serve"
+        return name(self.engine)
+
+
+def name(engine: str) -> str:
+    """The ENGINE's own client, as the gate's lines name it."""
+    return "python3 -m sglang.benchmark.serving" if engine == "sglang" else "vllm bench serve"
 
 
 class ExecContainer(Protocol):

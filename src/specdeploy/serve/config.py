@@ -308,10 +308,14 @@ class ServingConfig:
         return env
 
     def speculation_off(self) -> ServingConfig:
-        """The same engine, flags and model without the drafter: the benchmark's baseline. Its digest
-        (image left out: the image carries the drafter) names what a new drafter leaves unchanged."""
+        """The same engine, flags and model without the drafter: the benchmark's baseline."""
         return replace(self, speculative_method="none", num_speculative_tokens=0, draft_attention_backend="",
                        draft_kv_cache_dtype="")  # fmt: skip
+
+    def baseline_digest(self) -> str:
+        """What the speculation-off baseline is kept under: the config without its drafter and without
+        the image (which carries the drafter), so a new drafter reuses the baseline."""
+        return replace(self.speculation_off(), image="").digest()
 
     def digest(self) -> str:
         """What the container is made of (the API key as a hash only)."""

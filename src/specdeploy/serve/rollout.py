@@ -279,7 +279,7 @@ class Rollout:
         off = cfg.speculation_off()
         labels = self._retry(lambda: self.client.images.get(image_id).labels) or {}
         version = str(labels.get("io.specdeploy.engine-version") or image_id)
-        key = gate.baseline_key(replace(off, image="").digest(), version)
+        key = gate.baseline_key(cfg.baseline_digest(), version)
         if key in self.record.baselines:
             return self.record.baselines[key]
         self._step("measuring-baseline")
