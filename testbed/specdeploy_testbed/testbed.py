@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.paths import state_dir
 from specdeploy.targets import Target, probe
 from specdeploy_testbed import fleet as testbed_fleet
+from specdeploy_testbed import model_maker
 from specdeploy_testbed.layout import SSH_USER, TestbedPaths, container_name, host_name, paths, port_base
 
 TESTBED_DIR = Path(__file__).resolve().parent.parent  # testbed/ in the checkout
@@ -142,6 +144,24 @@ def _wait_for_host_key(container: Container) -> list[str]:
     raise SpecdeployError(f"test host {container.name} did not start sshd within {BOOT_TIMEOUT_S} s")
 
 
+def _wait_for_published_ssh(name: str, port: int) -> None:
+    """sshd active inside is not enough: on a fresh engine the published port's proxy reset the
+    first connection (seen on a cold `make deploy`), so wait until sshd's banner comes through it."""
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                banner = sock.recv(64)
+            if banner.startswith(b"SSH-"):
+                return
+            last = f"{banner[:40]!r} instead of an SSH banner"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise SpecdeployError(f"test host {name}'s SSH on 127.0.0.1:{port} gave no banner in {BOOT_TIMEOUT_S} s: {last}")
+
+
 @dataclass(frozen=True)
 class TestHost:
     name: str
@@ -185,6 +205,7 @@ def start_host(client: DockerClient, name: str, port: int, image: str | None = N
                 remove_host(client, name)  # never leave a half-made host behind
                 raise
     keys = _wait_for_host_key(container)
+    _wait_for_published_ssh(name, port)
     return TestHost(name=name, port=port, host_keys=tuple(keys))
 
 
@@ -249,6 +270,21 @@ def up(count: int = 1, fleet: bool = False) -> list[TestHost]:
         f"-p {hosts[0].port} {SSH_USER}@127.0.0.1"
     )
     return hosts
+
+
+def prefetch_wheelhouse() -> threading.Thread:
+    """Fetch the engine's wheelhouse (the model maker's and the image's, 0.9 GB) while the hosts come
+    up: the two are independent, and each took about a minute of a cold deploy. The playbook's own
+    call waits on the wheelhouse's lock, then finds it made; a failure here is left to that call,
+    which reports it."""
+
+    def fetch() -> None:
+        with contextlib.suppress(Exception):
+            model_maker.wheelhouse()
+
+    thread = threading.Thread(target=fetch, name="wheelhouse-prefetch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _foreign_known_hosts(tb: TestbedPaths, ours: set[int]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import jinja2
@@ -64,7 +63,7 @@ def render(
         index_requirements=prof.index_requirements,
         pip_ca=base is not None and base.ca_bundle is not None,
         pip_ca_file=PIP_CA,
-        builder_system_packages=prof.builder_system_packages,
+        uv_version=pins.UV,
         engine_requirements=prof.engine_requirements,
         unwanted_packages=prof.unwanted_packages,
         sgl_kernel_build=sgl_kernel_build if prof.engine == "sglang" else "never",
@@ -87,6 +86,15 @@ def render(
         flashinfer_kernels=flashinfer_kernels,
         flashinfer_folder=flashinfer.CONTEXT_FOLDER,
     )
+
+
+def engine_wheelhouse(prof: Profile) -> Path:
+    """The wheels a wheelhouse profile's engine installs from, and uv, which installs them: one download
+    (a tar under .state/wheelhouses) for the image's context and the test bed's model maker, which
+    takes its torch and transformers from the same wheels."""
+    requirements = [*prof.engine_requirements, f"uv=={pins.UV}"]
+    key = hashlib.sha256(json.dumps([requirements, prof.python_version]).encode()).hexdigest()[:12]
+    return wheels.wheelhouse_tar(f"engine-{prof.name}-{key}", requirements, prof.python_version)
 
 
 def context_dir(prof: Profile, drafter_digest: str, base: PipBase | None = None) -> Path:
@@ -144,16 +152,14 @@ def _prepare(prof: Profile, dest: Path, *, drafter_digest: str, base_digest: str
         shutil.copyfile(base.ca_bundle, dest / PIP_CA)
     # Markers sit outside the context, so they are not sent to the build.
     marker, stamp = dest.parent / f".{dest.name}.wheelhouse", dest.parent / f".{dest.name}.inputs"
-    wanted = json.dumps([prof.engine_requirements, TOOL_REQUIREMENTS, pins.PY_SPY, prof.python_version])
+    wanted = json.dumps([prof.engine_requirements, TOOL_REQUIREMENTS, pins.PY_SPY, pins.UV, prof.python_version])
     complete = (dest / "wheelhouse.tar").is_file() or not prof.install_from_wheelhouse
     if not complete or not marker.is_file() or marker.read_text() != wanted:
         (dest / "wheelhouse.tar").unlink(missing_ok=True)
         stamp.unlink(missing_ok=True)
         shutil.rmtree(dest / "specdeploy-wheels", ignore_errors=True)
         if prof.install_from_wheelhouse:
-            with tempfile.TemporaryDirectory() as tmp:
-                wheels.pip_download(list(prof.engine_requirements), Path(tmp), prof.python_version)
-                wheels.deterministic_tar(Path(tmp), dest / "wheelhouse.tar")
+            wheels.place(engine_wheelhouse(prof), dest / "wheelhouse.tar")
         wheels.pip_download(
             [*TOOL_REQUIREMENTS, f"py-spy=={pins.PY_SPY}"], dest / "specdeploy-wheels", prof.python_version
         )

