@@ -138,8 +138,8 @@ bench-fleet: setup ## The fleet's latency, steady and during a rolling deploy (3
 # make's start, before its set-up, for the time table at the end of the deploy (read when make parses
 # this file; a recipe line naming $(MAKE) would run even under `make -n`).
 deploy: export SPECDEPLOY_MAKE_START := $(shell date +%s.%N)
-deploy: setup-runtime ## Run site.yml against HOST=user@host[:port], or the local test bed
-	$(BIN)/specdeploy deploy $(TARGET_ARGS)
+deploy: setup-runtime ## Run site.yml against HOST=user@host[:port], or the local test bed (FULL=1: even when proven converged)
+	$(BIN)/specdeploy deploy $(TARGET_ARGS) $(if $(FULL),--full)
 
 verify: setup-runtime ## testinfra host verification of HOST, or the local test bed
 	$(BIN)/specdeploy verify $(TARGET_ARGS)

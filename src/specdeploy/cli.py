@@ -13,13 +13,13 @@ from typing import Any
 
 from rich.console import Console
 
-from specdeploy import __version__, inventory, timing, verify
+from specdeploy import __version__, converged, inventory, timing, verify
 from specdeploy.connection import HostConnection
 from specdeploy.engine_image import dockerfile, profiles
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
-from specdeploy.paths import state_dir
+from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import run_playbook
 from specdeploy.report import pages as report_pages
 from specdeploy.report.reading import DEFAULT_LAST as REPORT_LAST
@@ -117,7 +117,36 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not args.host and local_testbed().is_fleet():
         # The fleet test bed's engines have API keys from ansible-vault; its password is local state.
         extra += ["--vault-password-file", str(local_testbed().paths().root / "vault-password")]
+    # Only a whole run proves a state, and only a proven one may stand in for the next whole run.
+    whole = not (args.tags or args.check)
+    digest = converged.inputs_digest(project_root(), inv, args.extra_vars) if whole else ""
+    clock = time.monotonic()
+    found = converged.proven(inv, digest) if whole and not args.full else None
+    if found is not None:
+        for host, reading in found.items():
+            container_id, image_id = reading["container"][:2]
+            err.print(f"converged: {host}: the records are as the last whole deploy left them; engine "
+                      f"{container_id[:12]} runs image {image_id[7:19]}, running, /health 200")  # fmt: skip
+        err.print("  the playbook was not run: nothing it would change (make deploy FULL=1 runs it all)")
+        _print_table(began, testbed_s, timing_file, proof_s=time.monotonic() - clock)
+        err.print(f"[green]deploy ok[/]: {len(found)} host(s), changed=0")
+        _print_next(args)
+        return 0
     run = run_playbook(inv, *extra, playbook="ansible/site.yml" if args.host else TESTBED_PLAYBOOK)
+    if whole and run.returncode == 0:
+        converged.remember(inv, digest)
+    else:
+        converged.forget(inv)
+    _print_table(began, testbed_s, timing_file)
+    if run.returncode != 0:
+        err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
+        return 1
+    err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
+    _print_next(args)
+    return 0
+
+
+def _print_table(began: float, testbed_s: float | None, timing_file: Path, proof_s: float | None = None) -> None:
     made = os.environ.get("SPECDEPLOY_MAKE_START", "")  # `make deploy`'s start, before its set-up
     for line in timing.deploy_table(
         began=began,
@@ -126,16 +155,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         timing_file=timing_file,
         runs_root=state_dir() / "runs",
         ended=time.time(),
+        proof_s=proof_s,
     ):
         err.print(line, markup=False, highlight=False, soft_wrap=True)  # one line a row, however wide
-    if run.returncode != 0:
-        err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
-        return 1
-    err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
+
+
+def _print_next(args: argparse.Namespace) -> None:
     on = f" HOST={args.host}" if args.host else ""
     err.print(f"next: make verify{on}   make endpoint{on} (the API here)   make logs{on}   make status{on}   "
               f"make rollback{on}")  # fmt: skip
-    return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -326,6 +354,8 @@ def _add_deploy_commands(sub: Any) -> None:
         help="Ansible check mode: report, change nothing (the image build and the rollout refuse it)",
     )
     dep.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
+    dep.add_argument("--full", action="store_true",
+                     help="run the whole playbook even when the last one's state is proven unchanged")  # fmt: skip
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
     dep.add_argument("--fleet", action="store_true", help=argparse.SUPPRESS)
     dep.set_defaults(func=cmd_deploy)

@@ -100,14 +100,18 @@ def render(rows: list[Row], total_s: float) -> list[str]:
 
 
 def deploy_table(*, began: float, make_start: float | None, testbed_s: float | None, timing_file: Path,
-                 runs_root: Path, ended: float) -> list[str]:  # fmt: skip
+                 runs_root: Path, ended: float, proof_s: float | None = None) -> list[str]:  # fmt: skip
     """The table `specdeploy deploy` prints last. BEGAN, MAKE_START, ENDED: epoch seconds (the CLI's
-    start, `make deploy`'s, the end); the set-up is the time between make's start and the CLI's."""
+    start, `make deploy`'s, the end); the set-up is the time between make's start and the CLI's.
+    PROOF_S: a converged deploy's reading of its hosts (specdeploy.converged), in place of a playbook."""
     rows: list[Row] = []
     if make_start is not None and began - make_start >= 0.5:
         rows.append(Row("set-up (make setup: the venv, pinned packages)", began - make_start))
     if testbed_s is not None:
         rows.append(Row("test bed (hosts reconciled, SSH ready)", testbed_s))
+    if proof_s is not None:
+        rows.append(Row("converged, proven (the records, the engine's image, /health)", proof_s))
+        return render(rows, ended - (make_start if make_start is not None else began))
     runs = runs_since(runs_root, began)
     rows += playbook_rows(timing_file) + build_rows(runs) + startup_rows(runs)
     return render(rows, ended - (make_start if make_start is not None else began))

@@ -117,7 +117,7 @@ def test_dockerd_sigkilled_during_the_watch(baseline, docker_client):
     rerun = specdeploy("deploy", *variant("dockerd-kill"), timeout=1200)
     assert rerun.returncode == 0, rerun.output[-4000:]
     proven(docker_client)
-    again = specdeploy("deploy", *variant("dockerd-kill"), timeout=1200)
+    again = specdeploy("deploy", "--full", *variant("dockerd-kill"), timeout=1200)
     assert "status: unchanged" in again.output, again.output[-3000:]
     end = "READY in the same play (live-restore)" if result.returncode == 0 else "a sentence; the rerun proved it"
     FAULTS.append(f"dockerd SIGKILLed during the watch | {end}; rerun converges | "

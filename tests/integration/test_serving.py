@@ -208,12 +208,24 @@ def test_the_kimi_k25_wrapper_serves_and_its_vision_tower_takes_an_image(deploye
 
 def test_converged_rerun_changes_nothing_and_restarts_nothing(deployed):
     _, started, config = engine_state()
-    again = specdeploy("deploy", timeout=1200)
-    assert again.returncode == 0, again.output[-3000:]
-    assert parse_recap(again.output)["testbed-1"]["changed"] == 0, again.output[-3000:]
-    assert "status: unchanged" in again.output
+    # The whole playbook, as every whole run proves it: changed=0, the engine not restarted.
+    full = specdeploy("deploy", "--full", timeout=1200)
+    assert full.returncode == 0, full.output[-3000:]
+    assert parse_recap(full.output)["testbed-1"]["changed"] == 0, full.output[-3000:]
+    assert "status: unchanged" in full.output
     assert engine_state() == ("running", started, config)
-    record_timing("make deploy, converged rerun", again.seconds)
+    record_timing("make deploy FULL=1, converged (the whole playbook)", full.seconds)
+    # Then proven by its ledger (specdeploy.converged): the records, the image, /health; no playbook.
+    again = specdeploy("deploy", timeout=600)
+    assert again.returncode == 0, again.output[-3000:]
+    assert "converged: testbed-1: the records are as the last whole deploy left them" in again.output
+    assert "PLAY RECAP" not in again.output and "deploy ok: 1 host(s), changed=0" in again.output
+    assert engine_state() == ("running", started, config)
+    record_timing("make deploy, converged rerun (proven, no playbook)", again.seconds)
+    # A run with --tags proves nothing and forgets the ledger: the playbook runs, then the next one too.
+    tagged = specdeploy("deploy", "--tags", "verify", timeout=600)
+    assert tagged.returncode == 0 and "PLAY RECAP" in tagged.output, tagged.output[-3000:]
+    assert not list((state_dir() / "converged").glob("*.json"))
 
 
 def _assert_rolled_back(result, config_before: str) -> Path:

@@ -51,8 +51,9 @@ class BuildResult:
 def build(host: CommandHost, req: BuildRequest, log_path: Path, on_step: Callable[[str], None]) -> BuildResult:
     """Build the image on HOST unless one labelled with the same inputs is there."""
     tag, inputs_digest = req.tag, req.inputs_digest
-    before = host.inspect(tag, "{{.Id}}")
-    labelled = host.inspect(tag, f'{{{{ index .Config.Labels "{INPUTS_LABEL}" }}}}') if before else ""
+    # One SSH round for both (a converged deploy is made of such rounds).
+    fields = host.inspect(tag, f'{{{{.Id}}}} {{{{ index .Config.Labels "{INPUTS_LABEL}" }}}}')
+    before, _, labelled = fields.partition(" ")
     if inputs_digest and labelled == inputs_digest:
         return BuildResult(tag, before, False, False, "(not rebuilt: inputs unchanged)", 0.0)
     log_path.parent.mkdir(parents=True, exist_ok=True)
