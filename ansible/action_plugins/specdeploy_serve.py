@@ -18,6 +18,7 @@ Notes:
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,13 +35,15 @@ from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.records import STATE_DIR, HostRecords, Serving, host_runs, write_bench, write_prewarm
 from specdeploy.serve import rollout as rollouts
-from specdeploy.serve.config import ServingConfig
+from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.group import GroupRollout, Member, ranks_of
+from specdeploy.serve.group import problems as group_problems
 from specdeploy.serve.prewarm import Prewarmer, PrewarmReport, prewarmer
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact
 from specdeploy.watch import startup
-from specdeploy.watch.remote import watch_container_on_host
+from specdeploy.watch.remote import watch_container_on_host, watch_group_on_hosts
 from specdeploy.watch.watchdog import Verdict, WatchOptions
 
 
@@ -247,11 +250,23 @@ class ActionModule(SpecdeployAction):
         gate = self.gate(cfg, args["bench"]) if args["action"] == "deploy" else None
         return None if gate is None else _SaidGate(gate, self, cfg, args, diagnostics)
 
-    def act(self, args: dict[str, Any]) -> dict[str, Any]:
+    def group(self, args: dict[str, Any]) -> dict[str, int]:
+        """The hosts of this host's multi-node engine, {host: rank}, whatever serve batch each is in."""
+        hostvars = self.task_vars["hostvars"]
+        hosts = self.task_vars.get("ansible_play_hosts_all") or [self.host_name]
+        return ranks_of({h: self._templar.template(hostvars[h].get("serving_config")) for h in hosts}, args["config"])
+
+    def checked(self, args: dict[str, Any]) -> tuple[ServingConfig, dict[str, int], list[str]]:
+        """The configuration, its multi-node group ({host: rank}, empty for one host) and what is wrong."""
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
-        problems = cfg.problems() + cfg.rollout_problems() + GateSettings.from_vars(args["bench"]).problems()
-        if problems:
-            return {"failed": True, "msg": "; ".join(problems)}
+        ranks = self.group(args)
+        problems = cfg.problems() + GateSettings.from_vars(args["bench"]).problems() + group_problems(ranks, cfg.nnodes)
+        return cfg, ranks, problems
+
+    def act(self, args: dict[str, Any]) -> dict[str, Any]:
+        cfg, ranks, problems = self.checked(args)
+        if problems or ranks:
+            return self.act_group(args, cfg, ranks) if not problems else {"failed": True, "msg": "; ".join(problems)}
         conn, grace = self.connection, args["reconnect_grace"]
         diagnostics = host_runs(self.host_name)
 
@@ -322,3 +337,93 @@ class ActionModule(SpecdeployAction):
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
         return {**result(outcome, joined), "prewarm": warm.report.as_dict() if warm.report else None}
+
+    def member(self, host: str, rank: int, args: dict[str, Any]) -> tuple[Member, HostConnection, dict[str, Any]]:
+        """One rank of the group: its host's connection (as Ansible has it), records and configuration."""
+        host_vars = self.task_vars["hostvars"][host]
+        conn = self.connection if host == self.host_name else HostConnection.from_hostvars(
+            {k: self._templar.template(host_vars[k]) for k in CONNECTION_VARS if k in host_vars})  # fmt: skip
+        raw = args["config"] if host == self.host_name else self._templar.template(host_vars["serving_config"])
+        key = self._templar.template(host_vars.get("serving_api_key") or "") or None
+        rollout = Rollout(conn.reconnect_docker, HostRecords(conn.commands, args["state_dir"]), _no_watch,
+                          host_runs(host), args["reconnect_grace"])  # fmt: skip
+        try:
+            image_id = str(rollout.client.images.get(args["image"]).id)
+        except Exception as exc:
+            if is_transport_error(exc):
+                raise
+            raise SpecdeployError(f"image {args['image']} is not on {host}: run the build phase first") from exc
+        return Member(rank, host, rollout, ServingConfig.from_vars({**raw, "api_key": key}), image_id), conn, raw
+
+    def group_watch(self, args: dict[str, Any], cfg: ServingConfig,
+                    conns: list[tuple[int, str, HostConnection]]) -> Callable[[float], Verdict]:  # fmt: skip
+        def watch(stall_floor_s: float) -> Verdict:
+            stall = max(args["stall_timeout"], stall_floor_s)
+            self.say(f"watching the {len(conns)} ranks of {CONTAINER} on {', '.join(h for _, h, _ in conns)} "
+                     f"(stall timeout {stall:.0f} s)")  # fmt: skip
+            options = WatchOptions(url=None, model=cfg.served_model_name, stall_timeout_s=stall,
+                                   speculative=cfg.speculative_method == "eagle3", timeout_s=args["timeout"],
+                                   api_key=cfg.api_key,
+                                   diagnostics=host_runs(self.host_name), progress=False,
+                                   data_parallel_ranks=cfg.data_parallel_ranks,
+                                   on_progress=lambda line: self.say(f"group: {line}"))  # fmt: skip
+            verdict = watch_group_on_hosts(conns, CONTAINER, cfg.port, options, args["reconnect_grace"])
+            for line in [*verdict.notes, verdict.first_line()]:
+                self.say(f"group: {line}")
+            if verdict.status == "LOST":
+                raise SpecdeployError(verdict.headline)
+            return verdict
+
+        return watch
+
+    def act_group(self, args: dict[str, Any], cfg: ServingConfig, ranks: dict[str, int]) -> dict[str, Any]:
+        """A multi-node engine (specdeploy.serve.group): rank 0's task rolls every rank out, the
+        others' tasks say so and change nothing."""
+        head = next(host for host, rank in ranks.items() if rank == 0)
+        if cfg.node_rank != 0:
+            msg = f"rank {cfg.node_rank} of {cfg.nnodes}: rolled out, watched and rolled back with its group by {head}"
+            return {**result(rollouts.Outcome(False, "unchanged", msg), False), "prewarm": None}
+        if args["action"] == "rollback":
+            raise SpecdeployError(
+                "make rollback swaps one host's engine; a multi-node group rolls back as one when a rollout fails",
+                hint="make deploy with the previous image (-e serving_image=...)",
+            )
+        built = [self.member(host, rank, args) for host, rank in sorted(ranks.items(), key=lambda item: item[1])]
+        members = [m for m, _, _ in built]
+        warms = {m.rank: Prewarm(self, prewarmer(conn.commands, m.cfg.model_path, args["prewarm"]),
+                                 args["warm_page_cache"]) for m, conn, _ in built}  # fmt: skip
+        fleet = self.membership(args, cfg.port)
+        group = GroupRollout(members, self.group_watch(args, cfg, [(m.rank, m.host, c) for m, c, _ in built]),
+                             before_stop=fleet.leave if fleet is not None else lambda: None)  # fmt: skip
+        joined = False
+        try:
+            if fleet is not None:
+                fleet.hold()
+            if flag(args["bench"].get("enabled", False)):
+                self.say("benchmark gate: not run on a multi-node group (it measures one host's engine)")
+            outcome = group.deploy(lambda m: warms[m.rank]())
+            warms[0].keep(outcome.verdict)
+            for m, _, raw in built if outcome.status == "deployed" else []:
+                store: Any = m.rollout.store  # (HostRecords: Rollout types it as the RecordStore it uses)
+                store.record_serving(serving(outcome, {**args, "config": raw}, bool(m.cfg.api_key)))
+            joined = fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back") and fleet.join()
+        except SpecdeployError as exc:
+            return {"failed": True, "changed": group.began, "msg": str(exc)}
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            state = "; ".join(f"{m.name}: {m.rollout.record.describe()}" for m in members)
+            error = lost_contact(
+                ", ".join(ranks),
+                "rolling the multi-node engine out",
+                exc,
+                state,
+                hint="when every host answers again: make status, then make deploy (it resumes)",
+            )
+            return {"failed": True, "changed": group.began, "msg": str(error)}
+        return {**result(outcome, joined), "prewarm": None, "ranks": ranks}
+
+
+def _no_watch(container: str, stall_floor_s: float = 0.0) -> Verdict:
+    """A group's ranks are watched together (GroupRollout's watcher), never one by one."""
+    raise SpecdeployError(f"{container}: a rank of a multi-node group is never watched alone")

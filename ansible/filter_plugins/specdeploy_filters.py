@@ -22,6 +22,7 @@ from specdeploy.gpu.facts import (
 )
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
+from specdeploy.serve import group as serve_group
 from specdeploy.serve import schema as serving_schema
 from specdeploy.serve import variables as serving_variables
 from specdeploy.serve.config import ServingConfig
@@ -157,6 +158,13 @@ def worker_url(address: str, port: int | str) -> str:
     return router_api.worker_url(str(address), int(port))
 
 
+def serving_group(hosts: list[str], hostvars: Any, config: dict[str, Any]) -> list[str]:
+    """The hosts of CONFIG's multi-node engine in rank order (empty on one host): what the sentinel
+    names a rank by (specdeploy.serve.group.ranks_of, as the rollout finds them)."""
+    ranks = serve_group.ranks_of({h: hostvars[h].get("serving_config") for h in hosts}, config)
+    return sorted(ranks, key=ranks.__getitem__)
+
+
 def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
     """The Deploy play's `serial`: the batch sizes of rollout_max_unavailable (specdeploy.fleet.schedule)."""
     if not hosts:  # no inventory (ansible-lint, --list-tasks): the play has no host to batch
@@ -174,6 +182,7 @@ class FilterModule:
             "specdeploy_router_problems": router_problems,
             "specdeploy_router_command": router_command,
             "specdeploy_fleet_serial": fleet_serial,
+            "specdeploy_serving_group": serving_group,
             "specdeploy_sentinel_command": sentinel_command,
             "specdeploy_sentinel_path": fleet_sentinel.PATHS.__getitem__,
             "specdeploy_worker_url": worker_url,

@@ -71,7 +71,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
         tb = testbed.paths()
         if bring_up_testbed:
             testbed.prefetch_wheelhouse()  # in the background, while the hosts come up
-            testbed.up(args.testbed_hosts, fleet=getattr(args, "fleet", False))
+            testbed.up(args.testbed_hosts, fleet=getattr(args, "fleet", False), nnodes=getattr(args, "nnodes", 1))
         elif not tb.inventory.is_file():
             raise SpecdeployError("the local test bed is not up", hint="run `make deploy` or `make testbed` first")
         return Path(tb.inventory)
@@ -89,7 +89,7 @@ def target_inventory(args: argparse.Namespace, bring_up_testbed: bool) -> Path:
 def cmd_testbed(args: argparse.Namespace) -> int:
     testbed = local_testbed()
     if args.action == "up":
-        testbed.up(args.hosts, fleet=args.fleet)
+        testbed.up(args.hosts, fleet=args.fleet, nnodes=args.nnodes)
     elif args.action == "down":
         testbed.down(purge=args.purge)
     else:
@@ -239,7 +239,7 @@ def last_measured_load_s(runs: Path) -> tuple[float, str] | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    hosts = [f"host-{i}" for i in range(1, args.hosts + 1)] if args.hosts else []
+    hosts = schedule.units(args.hosts or 0, args.nnodes)
     load_s, source = args.load_seconds, "given"
     if load_s is None:
         measured = last_measured_load_s(state_dir() / "runs")
@@ -258,7 +258,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # null: unbounded (the queue never drains, or no host serves): JSON has no Infinity.
         print(json.dumps({**fields, "capacity_min": result.capacity_min, "load_s_source": source}))
         return 0
-    print(f"{len(hosts)} hosts, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source})")
+    group = f" as {len(hosts)} engines of {args.nnodes} hosts each" if args.nnodes > 1 else ""
+    print(f"{args.hosts} hosts{group}, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source})")
     for line in result.lines():
         print(f"  {line}")
     return 0
@@ -343,6 +344,7 @@ def _add_deploy_commands(sub: Any) -> None:
     tb.add_argument("--hosts", type=int, default=1, help="number of test hosts (default 1)")
     tb.add_argument("--purge", action="store_true", help="with down: also delete the hosts' engine volumes")
     tb.add_argument("--fleet", action="store_true", help="with up: the hosts behind a router on the first")
+    tb.add_argument("--nnodes", type=int, default=1, help="with up --fleet: hosts per engine (one engine over them)")
     tb.set_defaults(func=cmd_testbed)
 
     dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
@@ -358,6 +360,7 @@ def _add_deploy_commands(sub: Any) -> None:
                      help="run the whole playbook even when the last one's state is proven unchanged")  # fmt: skip
     dep.add_argument("--testbed-hosts", type=int, default=1, help=argparse.SUPPRESS)
     dep.add_argument("--fleet", action="store_true", help=argparse.SUPPRESS)
+    dep.add_argument("--nnodes", type=int, default=1, help=argparse.SUPPRESS)
     dep.set_defaults(func=cmd_deploy)
 
     ver = sub.add_parser("verify", help="testinfra checks of --host or the local test bed over SSH")
@@ -385,7 +388,10 @@ def _add_serving_commands(sub: Any) -> None:
 
     pln = sub.add_parser("plan", help="a fleet rollout on paper: batches, duration, lowest capacity, queue wait")
     pln.add_argument("--hosts", type=int, required=True, help="engine hosts in the fleet")
-    pln.add_argument("--max-unavailable", default="1", help="rollout_max_unavailable: a count or a percentage")
+    pln.add_argument("--nnodes", type=int, default=1,
+                     help="hosts per engine (serving_nnodes): a multi-node engine is one unit of capacity")  # fmt: skip
+    pln.add_argument("--max-unavailable", default="1",
+                     help="rollout_max_unavailable: a count or a percentage (of engines)")  # fmt: skip
     pln.add_argument("--load-seconds", type=float, help="one host's start-up to READY (default: the last measured)")
     pln.add_argument("--drain-seconds", type=float, default=0.0, help="the drain bound per host (shutdown timeout)")
     pln.add_argument("--offered-rps", type=float, help="the fleet's offered load, requests per second")

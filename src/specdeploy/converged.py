@@ -51,7 +51,7 @@ def digest(path):
     except OSError:
         return ""
 out = {"rollout": digest(state + "/rollout.json"), "current": digest(state + "/current.json")}
-fmt = "{{.Id}} {{.Image}} {{.State.Status}} {{.HostConfig.RestartPolicy.Name}}"
+fmt = "{{.Id}} {{.Image}} {{.State.Status}} {{.State.StartedAt}} {{.HostConfig.RestartPolicy.Name}}"
 done = subprocess.run(["docker", "inspect", "--format", fmt, container], capture_output=True, text=True)
 out["container"] = done.stdout.split() if done.returncode == 0 else []
 try:

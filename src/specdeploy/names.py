@@ -42,3 +42,8 @@ def role_default(key: str) -> str | int:
     if key not in ROLE_DEFAULTS:
         raise KeyError(f"specdeploy.names has no shared name {key!r}; it has: {', '.join(ROLE_DEFAULTS)}")
     return ROLE_DEFAULTS[key]
+
+
+# vLLM's API sends a request to the data-parallel rank this header names (its serving layer reads it):
+# how the readiness proof and the sentinel reach each replica of a multi-node engine.
+DP_RANK_HEADER = "X-data-parallel-rank"

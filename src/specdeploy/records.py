@@ -370,6 +370,8 @@ class EngineRef:
     proven_at: str | None = None  # when it was proven READY (a real completion), UTC
     bench: dict[str, Any] | None = None  # its benchmark gate's figures and hardware (specdeploy.gate)
     startup: list[dict[str, Any]] | None = None  # where its start-up's time went (watch.stages)
+    # A rank of a multi-node group: when its container started, as proven (one that restarted alone is not).
+    started_at: str | None = None
 
 
 @dataclass
@@ -398,6 +400,9 @@ class RolloutRecord:
         data = asdict(self)
         if not data["baselines"]:  # (a host without one keeps the file it had)
             del data["baselines"]
+        for ref in (data[k] for k in ("new", "old", "last_ready")):
+            if ref is not None and ref["started_at"] is None:  # (only a multi-node group's ranks have one)
+                del ref["started_at"]
         return json.dumps(data, indent=2) + "\n"
 
     @classmethod

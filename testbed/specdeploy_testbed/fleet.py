@@ -60,19 +60,37 @@ def ensure_secrets(root: Path) -> tuple[str, str]:
     return password.read_text().strip(), key.read_text().strip()
 
 
-def fleet_lines(hosts: list[tuple[str, str]], root: Path) -> str:
+# One engine over several test hosts (`testbed up --fleet --nnodes 2`): vLLM's data-parallel launch,
+# the one the CPU build serves across hosts (its pipeline-parallel split dies at the first completion:
+# tests/fleet); rank 0's rendezvous port.
+MULTI_NODE_MODE, MULTI_NODE_PORT = "data_parallel", 29550
+
+
+def multi_node_lines(index: int, hosts: list[tuple[str, str]], nnodes: int) -> list[str]:
+    """Host INDEX's rank in its engine of NNODES consecutive hosts, rank 0 the first of them."""
+    if nnodes == 1:
+        return []
+    rank = index % nnodes
+    return [f"      serving_nnodes: {nnodes}\n", f"      serving_node_rank: {rank}\n",
+            f"      serving_master_addr: {hosts[index - rank][1]}\n", f"      serving_master_port: {MULTI_NODE_PORT}\n",
+            f"      serving_multi_node: {MULTI_NODE_MODE}\n"]  # fmt: skip
+
+
+def fleet_lines(hosts: list[tuple[str, str]], root: Path, nnodes: int = 1) -> str:
     """YAML to append under `all:` of the test bed's inventory: the router group and, per host, its
-    fleet address and the settings an engine behind a router on another host needs."""
+    fleet address and the settings an engine behind a router on another host needs; with NNODES > 1,
+    each NNODES consecutive hosts serve one engine (serving_nnodes)."""
     password, key = ensure_secrets(root)
     vault = VaultLib([("default", VaultSecret(password.encode()))]).encrypt(key).decode()
     block = "".join(f"            {line}\n" for line in vault.splitlines())
     lines = ["    router:\n", "      hosts:\n", f"        {hosts[ROUTER_HOST_INDEX][0]}: {{}}\n", "  hosts:\n"]
-    for name, address in hosts:
+    for index, (name, address) in enumerate(hosts):
         lines += [
             f"    {name}:\n",
             f"      serving_fleet_address: {address}\n",
             "      serving_bind_address: 0.0.0.0\n",
             f"      serving_drain_timeout: {DRAIN_TIMEOUT_S}\n",
+            *multi_node_lines(index, hosts, nnodes),
             "      serving_api_key: !vault |\n",
             block,
         ]

@@ -236,10 +236,14 @@ def known_hosts_lines(hosts: list[TestHost]) -> str:
     return "".join(f"[127.0.0.1]:{h.port} {key}\n" for h in hosts for key in h.host_keys)
 
 
-def up(count: int = 1, fleet: bool = False) -> list[TestHost]:
-    """Start COUNT hosts; with FLEET, their inventory puts them behind a router on the first."""
+def up(count: int = 1, fleet: bool = False, nnodes: int = 1) -> list[TestHost]:
+    """Start COUNT hosts; with FLEET, their inventory puts them behind a router on the first; with
+    NNODES > 1, each NNODES of them serve one engine (a multi-node engine, specdeploy.serve.group)."""
     if not 1 <= count <= 16:
         raise SpecdeployError(f"--hosts {count}: the test bed runs 1 to 16 hosts")
+    if nnodes > 1 and (not fleet or count % nnodes):
+        raise SpecdeployError(f"--nnodes {nnodes}: a multi-node test bed is a fleet (--fleet) of whole engines",
+                              hint=f"testbed up --fleet --hosts {nnodes} --nnodes {nnodes}")  # fmt: skip
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
     client = docker_engine.ensure_engine(state)
@@ -256,11 +260,11 @@ def up(count: int = 1, fleet: bool = False) -> list[TestHost]:
         [inventory.InventoryHost(h.name, h.target) for h in hosts],
         tb.ssh(),
         group="testbed",
-        source="testbed up" + (" --fleet" if fleet else ""),
+        source="testbed up" + (" --fleet" if fleet else "") + (f" --nnodes {nnodes}" if nnodes > 1 else ""),
     )
     if fleet:
         addresses = [(h.name, _bridge_address(client, h.name)) for h in hosts]
-        text += testbed_fleet.fleet_lines(addresses, tb.root)
+        text += testbed_fleet.fleet_lines(addresses, tb.root, nnodes)
     inventory.write(tb.inventory, text)
     for h in hosts:
         probe(h.target, tb.ssh())  # real SSH, host key verified

@@ -164,6 +164,12 @@ def test_the_example_inventory_renders_only_flags_each_pinned_engine_declares(vl
             nodes = {"serving_nnodes": 2, "serving_node_rank": rank, "serving_master_addr": "10.0.0.1"}
             command = rendered(engine, **nodes).command()
             assert [f for f in flags_of(command) if f not in declared[engine]] == [], (engine, rank, command)
+        # vLLM's data-parallel launch over hosts (serving_multi_node: data_parallel), head and headless replica.
+        replicas = {"serving_nnodes": 2, "serving_node_rank": rank, "serving_master_addr": "10.0.0.1",
+                    "serving_multi_node": "data_parallel"}  # fmt: skip
+        command = rendered("vllm", **replicas).command()
+        assert "--data-parallel-address" in command
+        assert [f for f in flags_of(command) if f not in declared["vllm"]] == [], (rank, command)
 
 
 def test_the_speculative_config_and_environment_are_the_engines_own(vllm_site, sglang_site):

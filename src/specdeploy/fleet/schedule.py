@@ -30,6 +30,17 @@ def batch_size(max_unavailable: int | str, hosts: int) -> int:
     return min(size, hosts)
 
 
+def units(hosts: int, nnodes: int = 1) -> list[str]:
+    """The fleet's units of capacity: one per engine, and an engine over NNODES hosts (serving_nnodes) is
+    one unit: its ranks are rolled out, serve and fail together (specdeploy.serve.group)."""
+    if nnodes < 1 or hosts % nnodes:
+        raise SpecdeployError(f"{hosts} hosts do not split into engines of {nnodes} hosts (serving_nnodes)",
+                              hint="pass --hosts as a multiple of --nnodes")  # fmt: skip
+    if nnodes == 1:
+        return [f"host-{i}" for i in range(1, hosts + 1)]
+    return [f"host-{i}..host-{i + nnodes - 1}" for i in range(1, hosts + 1, nnodes)]
+
+
 def batches(hosts: list[str], max_unavailable: int | str) -> list[list[str]]:
     size = batch_size(max_unavailable, len(hosts))
     return [hosts[i : i + size] for i in range(0, len(hosts), size)]

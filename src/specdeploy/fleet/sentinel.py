@@ -49,6 +49,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from specdeploy import names
 from specdeploy.fleet.router_api import SENTINEL_PORT, members_url, membership_url
+from specdeploy.names import DP_RANK_HEADER
 
 # Where roles/sentinel installs it and roles/serving registers each engine (one rule, two roles).
 PATHS = {"workers": "/etc/specdeploy-sentinel/workers.d", "state": "/var/lib/specdeploy-sentinel/state.json"}
@@ -72,6 +73,11 @@ class Worker:
     url: str
     model: str
     api_key: str = field(default="", repr=False)
+    # A multi-node engine (specdeploy.serve.group) is one worker, rank 0's URL: its hosts by rank, and
+    # whether each is a data-parallel replica (then each is sent a completion of its own: a rank that
+    # died leaves only the requests sent to it hanging, and rank 0 never notices).
+    ranks: tuple[str, ...] = ()
+    data_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,11 +161,24 @@ def probe_health(worker: Worker) -> Probe:
 
 
 def probe_completion(worker: Worker, timeout_s: float) -> Probe:
-    """A real one-token completion, the only proof that the engine serves."""
+    """A real one-token completion, the only proof that the engine serves: one to each data-parallel
+    rank of a multi-node engine, the first that fails named with its host."""
+    if not worker.data_parallel or len(worker.ranks) < 2:
+        return _completion(worker, timeout_s)
+    for rank, host in enumerate(worker.ranks):
+        probe = _completion(worker, timeout_s, rank)
+        if probe.kind != "ok":
+            return replace(probe, detail=f"data-parallel rank {rank} on {host}: {probe.detail}")
+    return Probe("ok", f"every rank answered a completion ({', '.join(worker.ranks)})")
+
+
+def _completion(worker: Worker, timeout_s: float, rank: int | None = None) -> Probe:
     payload = {"model": worker.model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     headers = {"Content-Type": "application/json"}
     if worker.api_key:
         headers["Authorization"] = f"Bearer {worker.api_key}"
+    if rank is not None:
+        headers[DP_RANK_HEADER] = str(rank)
     req = urllib.request.Request(f"{worker.url}/v1/completions", json.dumps(payload).encode(), headers)
     start = time.monotonic()
     try:
@@ -206,7 +225,13 @@ def read_workers(folder: Path) -> dict[str, Worker]:
     for path in sorted(folder.glob("*.json")):
         try:
             data = json.loads(path.read_text())
-            out[path.stem] = Worker(str(data["url"]).rstrip("/"), str(data["model"]), str(data.get("api_key", "")))
+            out[path.stem] = Worker(
+                str(data["url"]).rstrip("/"),
+                str(data["model"]),
+                str(data.get("api_key", "")),
+                tuple(str(h) for h in data.get("ranks") or ()),
+                bool(data.get("data_parallel")),
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"sentinel: skipping {path.name}: {exc}", file=sys.stderr, flush=True)
     return out

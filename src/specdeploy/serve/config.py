@@ -85,6 +85,7 @@ class ServingConfig:
     node_rank: int = DEFAULT["node_rank"]
     master_addr: str = DEFAULT["master_addr"]
     master_port: int = DEFAULT["master_port"]
+    multi_node: str = DEFAULT["multi_node"]
     # The weight loader (specdeploy.serve.loaders): "" for the engine's default, no flag.
     load_format: str = DEFAULT["load_format"]
     # The rollout warms the page cache first (serving_warm_page_cache, on in the role): a loader
@@ -153,19 +154,20 @@ class ServingConfig:
             out.append(f"serving_node_rank={self.node_rank}: must be from 0 to {self.nnodes - 1} (serving_nnodes)")
         if not self.master_addr:
             out.append("serving_nnodes > 1 needs serving_master_addr: the address of rank 0's host, reachable from all")
-        if (self.tensor_parallel_size * self.pipeline_parallel_size) % self.nnodes:
+        if self.multi_node == "data_parallel":
+            if self.engine != "vllm":
+                out.append(f"serving_multi_node=data_parallel is vLLM's launch (--data-parallel-address, --headless): "
+                           f"{self.engine} spreads one model over hosts as model_parallel")  # fmt: skip
+        elif (self.tensor_parallel_size * self.pipeline_parallel_size) % self.nnodes:
             sizes = f"{self.tensor_parallel_size} x {self.pipeline_parallel_size}"
             out.append(f"serving_nnodes={self.nnodes} must divide tensor x pipeline parallel ({sizes}): each host "
                        "holds an equal share")  # fmt: skip
         return out
 
-    def rollout_problems(self) -> list[str]:
-        """What the rollout cannot do yet, said before it touches the host."""
-        if self.nnodes == 1:
-            return []
-        return [f"serving_nnodes={self.nnodes}: rendered and checked (the command each rank runs is printed above), "
-                "but rolling out an engine over several hosts is not built yet: a headless rank has no API for "
-                "the watchdog's READY completion (README: One model across hosts)"]  # fmt: skip
+    @property
+    def data_parallel_ranks(self) -> int:
+        """The replicas behind rank 0's API (1 unless serving_multi_node is data_parallel)."""
+        return self.nnodes if self.nnodes > 1 and self.multi_node == "data_parallel" else 1
 
     @property
     def host_network(self) -> bool:
@@ -179,6 +181,12 @@ class ServingConfig:
     def _multi_node_args(self) -> list[str]:
         if self.nnodes == 1:
             return []
+        if self.engine == "vllm" and self.multi_node == "data_parallel":
+            # One replica per host; the head is never given a start rank (that would make it hybrid LB).
+            args = ["--data-parallel-size", str(self.nnodes), "--data-parallel-size-local", "1",
+                    "--data-parallel-address", self.master_addr,
+                    "--data-parallel-rpc-port", str(self.master_port)]  # fmt: skip
+            return [*args, "--headless", "--data-parallel-start-rank", str(self.node_rank)] if self.node_rank else args
         if self.engine == "vllm":
             args = ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                     "--master-addr", self.master_addr, "--master-port", str(self.master_port)]  # fmt: skip

@@ -41,6 +41,9 @@ ENGINES = ("vllm", "sglang")
 GPU_ACCESS = ("cdi", "device_requests", "none")
 SPECULATIVE_METHODS = ("eagle3", "none")
 IPC_MODES = ("host", "private", "shareable")
+# How serving_nnodes > 1 spreads one engine: its tensor x pipeline stages over the hosts, or one
+# whole replica per host behind rank 0's API (vLLM's data-parallel launch, --headless on the others).
+MULTI_NODE_MODES = ("model_parallel", "data_parallel")
 
 
 class _Unset:
@@ -241,6 +244,12 @@ KNOBS: tuple[Knob, ...] = (
     _engine("master_addr", "str", "", "Rank 0's address, reachable from every rank (serving_nnodes > 1).",
             _optional_ip),
     _engine("master_port", "int", 29501, "The ranks' rendezvous port on rank 0.", integer(1, 65535)),
+    _engine("multi_node", "str", "model_parallel",
+            "How serving_nnodes > 1 spreads the engine: model_parallel or data_parallel (vLLM).",
+            choices=MULTI_NODE_MODES, late=True,
+            note="model_parallel: the tensor x pipeline stages split over the hosts (--nnodes ...);\n"
+                 "data_parallel: one whole replica per host behind rank 0's API (vLLM's --data-parallel-size\n"
+                 "--data-parallel-address ..., --headless on the others), each replica proven by a completion."),
     _role("fleet_address", "str", UNSET, "The address the router reaches this engine at (default: ansible_host)."),
     _role("fleet_worker", "str",
           "{{ (serving_fleet_address | default(ansible_host) | default(inventory_hostname)) | "

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from specdeploy.names import DP_RANK_HEADER
+
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts",
     "vllm:spec_decode_num_draft_tokens",
@@ -62,10 +64,19 @@ def _detail(resp: httpx.Response) -> str:
 
 
 class ReadinessProbe:
-    def __init__(self, base_url: str, model: str | None, tokens: int, api_key: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        tokens: int,
+        api_key: str | None,
+        timeout_s: float,
+        *,
+        data_parallel_ranks: int = 1,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
-        self.model, self.tokens = model, tokens
+        self.model, self.tokens, self.data_parallel_ranks = model, tokens, data_parallel_ranks
 
     def health(self) -> int | None:
         """The /health status code, or None while nothing answers (loading, or dead)."""
@@ -85,7 +96,8 @@ class ReadinessProbe:
         before = self._counters() if speculative else {}
         body = {"model": model, "prompt": "the quick brown fox", "max_tokens": self.tokens, "temperature": 0}
         sent = time.monotonic()
-        resp = self.client.post("/v1/completions", json={**body, "ignore_eos": True})
+        resp = self.client.post("/v1/completions", json={**body, "ignore_eos": True},
+                                headers={DP_RANK_HEADER: "0"} if self.data_parallel_ranks > 1 else None)  # fmt: skip
         took = time.monotonic() - sent
         if resp.status_code != 200:
             raise NotReady(_detail(resp))
@@ -94,6 +106,14 @@ class ReadinessProbe:
         if generated < 1:
             raise NotReady(f"the completion returned no tokens: {resp.text[:300]!r}")
         acceptance = None
+        for rank in range(1, self.data_parallel_ranks):  # rank 0 answered above; each replica answers too
+            try:
+                each = self.client.post("/v1/completions", json={**body, "max_tokens": 1},
+                                        headers={DP_RANK_HEADER: str(rank)})  # fmt: skip
+            except httpx.HTTPError as exc:  # a rank that died after its handshake: the request hangs
+                raise NotReady(f"data-parallel rank {rank}: {type(exc).__name__}: {exc}") from exc
+            if each.status_code != 200:
+                raise NotReady(f"data-parallel rank {rank}: {_detail(each)}")
         if speculative:
             after = self._counters()
             delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in SPEC_COUNTERS}

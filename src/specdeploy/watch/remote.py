@@ -20,6 +20,8 @@ from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.targets import Forward
 from specdeploy.transport import BACKOFF_S, RECONNECT_GRACE_S, describe, is_transport_error
+from specdeploy.watch.group import Rank as GroupRank
+from specdeploy.watch.group import watch_group
 from specdeploy.watch.sources import ContainerSource, Liveness
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
 
@@ -132,4 +134,29 @@ def watch_container_on_host(
         verdict = Watch(source, options).run()
         if source.outages:
             verdict.notes.append(f"survived {len(source.outages)} loss(es) of contact: {source.outages} s")
+        return verdict
+
+
+def watch_group_on_hosts(
+    ranks: list[tuple[int, str, HostConnection]], container: str, api_port: int, options: WatchOptions,
+    grace_s: float = RECONNECT_GRACE_S,
+) -> Verdict:  # fmt: skip
+    """Watch CONTAINER on every rank's host (rank, host name, connection) as one engine: readiness
+    through a forward to rank 0's API_PORT, liveness and logs of every rank (specdeploy.watch.group)."""
+    with ExitStack() as stack:
+        members, outages = [], []
+        for rank, host, conn in sorted(ranks, key=lambda r: r[0]):
+            forward = None
+            if rank == 0:
+                forward = conn.forward(api_port)
+                forward.start()
+                stack.callback(forward.stop)
+                options = replace(options, url=f"http://127.0.0.1:{forward.local}")
+            source = ReconnectingContainerSource(conn.reconnect_docker, container, forward, grace_s)
+            outages.append((host, source))
+            members.append(GroupRank(rank, host, source))
+        verdict = watch_group(members, options)
+        lost = [f"{host}: {len(s.outages)} ({s.outages} s)" for host, s in outages if s.outages]
+        if lost:
+            verdict.notes.append(f"survived loss(es) of contact: {', '.join(lost)}")
         return verdict

@@ -57,6 +57,8 @@ class WatchOptions:
     # serving action in Ansible's output: at every stage change and at most every `progress_every_s`.
     on_progress: Callable[[str], None] | None = None
     progress_every_s: float = 30.0
+    # Replicas behind the API (vLLM's data-parallel ranks over hosts): READY needs a completion from each.
+    data_parallel_ranks: int = 1
 
 
 @dataclass
@@ -102,8 +104,16 @@ class Watch:
         self._seen: set[str] = set()
         self._passed: list[Stage] = []  # stages entered since the last progress report
         self._unreachable_since: float | None = None
+        self.prefix = ""  # a verdict's headline begins with it (the rank and host of a group's verdict)
         self.probe = (
-            ReadinessProbe(options.url, options.model, options.tokens, options.api_key, options.request_timeout_s)
+            ReadinessProbe(
+                options.url,
+                options.model,
+                options.tokens,
+                options.api_key,
+                options.request_timeout_s,
+                data_parallel_ranks=options.data_parallel_ranks,
+            )
             if options.url
             else None
         )
@@ -174,7 +184,7 @@ class Watch:
             status=status.name,
             elapsed_s=elapsed,
             stage=self.stage.label,
-            headline=headline,
+            headline=self.prefix + headline,
             noise=dict(self.noise),
             noise_catalogue_version=catalogue_version,
             grammar_version=grammar().version,

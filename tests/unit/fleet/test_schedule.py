@@ -57,3 +57,12 @@ def test_an_overloaded_fleet_never_drains_and_a_single_host_has_no_capacity():
 def test_plan_refuses_a_non_positive_load_time():
     with pytest.raises(SpecdeployError, match="load time"):
         schedule.plan(HOSTS, 1, load_s=0, drain_s=0)
+
+
+def test_a_multi_node_engine_is_one_unit_of_capacity():
+    assert schedule.units(4, 2) == ["host-1..host-2", "host-3..host-4"]
+    assert schedule.units(2) == ["host-1", "host-2"]
+    result = schedule.plan(schedule.units(4, 2), 1, 100, 10)
+    assert result.batches == [["host-1..host-2"], ["host-3..host-4"]] and result.serving_hosts_min == 1
+    with pytest.raises(SpecdeployError, match="do not split into engines of 2 hosts"):
+        schedule.units(3, 2)

@@ -28,6 +28,7 @@ from specdeploy.fleet.sentinel import (
     probe_health,
     read_workers,
 )
+from specdeploy.names import DP_RANK_HEADER
 
 
 class FakeEngine(JsonHandler):
@@ -39,9 +40,10 @@ class FakeEngine(JsonHandler):
 
     def do_POST(self) -> None:
         self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        self.server.ranks.append(self.headers.get(DP_RANK_HEADER))  # type: ignore[attr-defined]
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         mode = self.server.mode  # type: ignore[attr-defined]
-        if mode == "frozen":
+        if mode == "frozen" or mode == f"rank {self.headers.get(DP_RANK_HEADER)} frozen":
             time.sleep(1.5)
             return
         if mode in ("error", "dead"):
@@ -53,7 +55,7 @@ class FakeEngine(JsonHandler):
 @pytest.fixture
 def engine() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeEngine)
-    server.mode, server.seen = "ok", []  # type: ignore[attr-defined]
+    server.mode, server.seen, server.ranks = "ok", [], []  # type: ignore[attr-defined]
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -130,6 +132,18 @@ def test_probes_against_a_real_http_server(engine):
     refused = Worker(f"http://127.0.0.1:{closed_port()}", "m")
     assert probe_health(refused).kind == "down" and probe_completion(refused, 1).kind == "down"
     assert "k-secret" not in repr(worker)
+
+
+def test_a_data_parallel_group_is_one_worker_whose_every_rank_must_answer(engine, tmp_path):
+    group = Worker(url(engine), "m", ranks=("tb-1", "tb-2"), data_parallel=True)
+    ok = probe_completion(group, 5)
+    assert ok.kind == "ok" and engine.ranks == ["0", "1"] and "tb-1, tb-2" in ok.detail
+    engine.mode = "rank 1 frozen"  # a dead replica: rank 0 never notices, the requests sent to it hang
+    hung = probe_completion(group, 0.5)
+    assert hung.kind == "stalled" and hung.detail.startswith("data-parallel rank 1 on tb-2: no answer")
+    (tmp_path / "g.json").write_text(json.dumps({"url": url(engine), "model": "m", "ranks": ["tb-1", "tb-2"],
+                                                 "data_parallel": True}))  # fmt: skip
+    assert read_workers(tmp_path)["g"] == group
 
 
 def test_the_sentinel_keeps_state_and_transitions_and_rejoins_when_someone_else_did_not(tmp_path):

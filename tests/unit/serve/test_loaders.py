@@ -93,7 +93,7 @@ def test_upgrading_specdeploy_alone_changes_no_digest():
     cfg = ServingConfig.from_vars({**BASE, "engine": "vllm", "page_cache_warmed": True})
     late = ("load_format", "page_cache_warmed", "kv_cache_dtype", "draft_kv_cache_dtype", "expert_parallel",
             "gpu_memory_fraction", "max_batched_tokens", "max_running_requests", "encoder_tp_mode",
-            "language_model_only", "pcie_allreduce")  # fmt: skip
+            "language_model_only", "pcie_allreduce", "multi_node")  # fmt: skip
     before = {k: v for k, v in asdict(cfg).items() if k not in late}
     before["api_key"] = None
     assert cfg.digest() == "sha256:" + hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()

@@ -98,9 +98,10 @@ HAND_KEPT = ["engine", "image", "model_path", "served_model_name", "tensor_paral
              "memlock_bytes:int", "stack_bytes:int", "nccl", "trust_remote_code:bool", "tool_call_parser",
              "reasoning_parser", "drain_timeout", "attention_backend", "draft_attention_backend", "nnodes", "node_rank",
              "master_addr", "master_port", "load_format"]  # fmt: skip
-# Knobs added since (issue 26's recipe), out of the digest at their defaults: the digests below hold.
+# Knobs added since (issue 26's recipe, issue 28's multi_node), out of the digest at their defaults: the
+# digests below hold.
 RECIPE = {"kv_cache_dtype", "draft_kv_cache_dtype", "expert_parallel", "gpu_memory_fraction", "max_batched_tokens",
-          "max_running_requests", "encoder_tp_mode", "language_model_only", "pcie_allreduce"}  # fmt: skip
+          "max_running_requests", "encoder_tp_mode", "language_model_only", "pcie_allreduce", "multi_node"}  # fmt: skip
 PCIE = {"env": {"NCCL_P2P_DISABLE": "1"}, "vllm_args": ["--disable-custom-all-reduce"],
         "sglang_args": ["--disable-custom-all-reduce"], "reason": "8 GPUs joined only by PCIe"}  # fmt: skip
 # Digests computed with the code before issue 25 (the hand-kept mapping, its defaults/main.yml and
