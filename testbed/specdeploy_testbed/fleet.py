@@ -26,13 +26,21 @@ HOSTS = 3
 MODEL = "tiny-kimi-k2.5"
 ROUTER_PORT, ROUTER_METRICS_PORT = names.ROUTER_PORT, names.ROUTER_METRICS_PORT  # the router role's defaults
 SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
+
+
 # `specdeploy deploy` arguments of the fleet that the fleet tests and `make bench` roll. Under load
 # the 2 cores are shared with two serving engines: a start-up takes minutes, not seconds. The
 # benchmark gate judges each host by an A/B with its outgoing engine, measured under the same load
 # minutes before (until issue 26 it compared with an idle record, and had to be off here).
-DEPLOY_ARGS = ("--testbed-hosts", str(HOSTS), "--fleet", "-e", "serving_stall_timeout=600",
-               "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
-               "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}")  # fmt: skip
+def deploy_args(hosts: int, nnodes: int = 1) -> tuple[str, ...]:
+    """`specdeploy deploy` arguments of a test-bed fleet of HOSTS (engines over NNODES hosts each)."""
+    group = ("--nnodes", str(nnodes)) if nnodes > 1 else ()
+    return ("--testbed-hosts", str(hosts), "--fleet", *group, "-e", "serving_stall_timeout=600",
+            "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
+            "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}")  # fmt: skip
+
+
+DEPLOY_ARGS = deploy_args(HOSTS)
 
 
 def _private(path: Path, text: str) -> None:

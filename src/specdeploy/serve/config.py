@@ -186,7 +186,10 @@ class ServingConfig:
             args = ["--data-parallel-size", str(self.nnodes), "--data-parallel-size-local", "1",
                     "--data-parallel-address", self.master_addr,
                     "--data-parallel-rpc-port", str(self.master_port)]  # fmt: skip
-            return [*args, "--headless", "--data-parallel-start-rank", str(self.node_rank)] if self.node_rank else args
+            if self.node_rank:
+                return [*args, "--headless", "--data-parallel-start-rank", str(self.node_rank)]
+            # One API server: vLLM would start one per data-parallel rank on the head (cli/serve.py).
+            return [*args, "--api-server-count", "1"]
         if self.engine == "vllm":
             args = ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                     "--master-addr", self.master_addr, "--master-port", str(self.master_port)]  # fmt: skip

@@ -13,6 +13,7 @@ from testinfra.host import Host
 
 from specdeploy import names
 from specdeploy.engine_image import drafter, profiles
+from specdeploy.serve.config import ServingConfig
 
 CONTAINER = names.ENGINE_CONTAINER
 
@@ -39,6 +40,9 @@ def test_engine_container_runs_the_recorded_image(host: Host, record: dict[str, 
 
 
 def _get(host: Host, record: dict[str, Any], path: str) -> tuple[int, str]:
+    cfg = ServingConfig.from_vars(record["config"])
+    if not cfg.serves_api:
+        pytest.skip(f"rank {cfg.node_rank} of a multi-node engine runs headless: its API is rank 0's")
     port = int(record["config"]["port"])
     script = (
         "import sys, urllib.request, urllib.error\n"
@@ -94,5 +98,9 @@ def test_engine_is_proven_ready_in_the_rollout_record(host: Host, hostvars: dict
     running = _inspect(host, CONTAINER, "{{.Id}}")
     ready = (rollout.get("last_ready") or {}).get("container_id")
     assert ready == running, f"{CONTAINER} ({running[:12]}) is not the version proven READY ({str(ready)[:12]})"
+    started = (rollout.get("last_ready") or {}).get("started_at")
+    if started:  # a rank of a multi-node engine: one that restarted alone never rejoined its group
+        now = _inspect(host, CONTAINER, "{{.State.StartedAt}}")
+        assert now == started, f"{CONTAINER} restarted alone at {now}, after its group was proven: make deploy"
     policy = _inspect(host, CONTAINER, "{{.HostConfig.RestartPolicy.Name}}")
     assert policy == "unless-stopped", f"{CONTAINER} has restart policy {policy!r}: it would not survive a reboot"

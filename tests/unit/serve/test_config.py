@@ -33,6 +33,7 @@ def test_data_parallel_over_hosts_renders_vllms_headless_replicas_and_the_head_w
     assert cmd[cmd.index("--data-parallel-size") + 1] == "2" and cmd[cmd.index("--data-parallel-size-local") + 1] == "1"
     assert cmd[cmd.index("--data-parallel-address") + 1] == "10.0.0.1"
     assert cmd[cmd.index("--data-parallel-rpc-port") + 1] == "29550"
+    assert cmd[cmd.index("--api-server-count") + 1] == "1" and "--api-server-count" not in headless
     # A start rank on the head would make vLLM choose its hybrid load balancer (arg_utils): never there.
     assert "--data-parallel-start-rank" not in cmd and "--headless" not in cmd and "--nnodes" not in cmd
     assert headless[headless.index("--data-parallel-start-rank") + 1] == "1" and "--headless" in headless
