@@ -68,10 +68,11 @@ def ensure_secrets(root: Path) -> tuple[str, str]:
     return password.read_text().strip(), key.read_text().strip()
 
 
-# One engine over several test hosts (`testbed up --fleet --nnodes 2`): vLLM's data-parallel launch,
-# the one the CPU build serves across hosts (its pipeline-parallel split dies at the first completion:
-# tests/fleet); rank 0's rendezvous port.
-MULTI_NODE_MODE, MULTI_NODE_PORT = "data_parallel", 29550
+# One engine over several test hosts (`testbed up --fleet --nnodes 2`): vLLM's multi-node launch with
+# the tensor-parallel split over the hosts, the one the CPU build serves across hosts (its data-parallel
+# replicas of this MoE model die at the first completion, on the CPU communicator's missing
+# all_gatherv: tests/multinode; its pipeline-parallel split too: tests/fleet); rank 0's rendezvous port.
+MULTI_NODE_MODE, MULTI_NODE_PORT = "model_parallel", 29550
 
 
 def multi_node_lines(index: int, hosts: list[tuple[str, str]], nnodes: int) -> list[str]:
@@ -79,9 +80,10 @@ def multi_node_lines(index: int, hosts: list[tuple[str, str]], nnodes: int) -> l
     if nnodes == 1:
         return []
     rank = index % nnodes
-    return [f"      serving_nnodes: {nnodes}\n", f"      serving_node_rank: {rank}\n",
-            f"      serving_master_addr: {hosts[index - rank][1]}\n", f"      serving_master_port: {MULTI_NODE_PORT}\n",
-            f"      serving_multi_node: {MULTI_NODE_MODE}\n"]  # fmt: skip
+    values = {"nnodes": nnodes, "node_rank": rank, "master_addr": hosts[index - rank][1],
+              "master_port": MULTI_NODE_PORT, "multi_node": MULTI_NODE_MODE,
+              "tensor_parallel_size": nnodes}  # fmt: skip
+    return [f"      serving_{name}: {value}\n" for name, value in values.items()]
 
 
 def fleet_lines(hosts: list[tuple[str, str]], root: Path, nnodes: int = 1) -> str:

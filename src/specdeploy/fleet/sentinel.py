@@ -163,8 +163,12 @@ def probe_health(worker: Worker) -> Probe:
 def probe_completion(worker: Worker, timeout_s: float) -> Probe:
     """A real one-token completion, the only proof that the engine serves: one to each data-parallel
     rank of a multi-node engine, the first that fails named with its host."""
-    if not worker.data_parallel or len(worker.ranks) < 2:
+    if len(worker.ranks) < 2:
         return _completion(worker, timeout_s)
+    if not worker.data_parallel:  # every forward needs every rank: any of them may be the cause
+        probe = _completion(worker, timeout_s)
+        return probe if probe.kind == "ok" else replace(probe, detail=f"{probe.detail} (one engine over "
+                                                                      f"{', '.join(worker.ranks)})")  # fmt: skip
     for rank, host in enumerate(worker.ranks):
         probe = _completion(worker, timeout_s, rank)
         if probe.kind != "ok":

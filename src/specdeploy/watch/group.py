@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from specdeploy.watch.loglines import noise_match, parse_line
-from specdeploy.watch.rootcause import TracebackCollector
+from specdeploy.watch.rootcause import RootCause, TracebackCollector
 from specdeploy.watch.sources import Liveness, Source
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
 
@@ -110,6 +110,14 @@ class GroupWatch(Watch):
             return super()._failed(life)
         finally:
             self.collector = saved
+
+    def _cause(self) -> RootCause | None:
+        for rank in self.source.ranks:
+            cause = self._collector(rank).root_cause()
+            if cause is not None:
+                self.prefix = f"{rank.name}: "
+                return cause
+        return None
 
     def _collector(self, rank: Rank) -> TracebackCollector:
         return self.collector if rank is self.source.head else rank.collector

@@ -30,6 +30,7 @@ HEADLINE_MAX = 1000
 CAUSE_MAX = 800  # of the first line; the rest says where, which process, the stage and the exit
 SEEN_LINES_MAX = 20000  # distinct lines remembered to tell news from a heartbeat
 GPU_SAMPLE_EVERY_S = 5.0  # nvidia-smi is slow (and remote for a container); logs are polled faster
+NOT_READY_READS = 4  # polls of the log for the cause of a failed readiness proof
 
 
 class Status(Enum):
@@ -228,9 +229,9 @@ class Watch:
         try:
             ready = self.probe.prove(self.opt.speculative)
         except NotReady as exc:
-            return self._verdict(Status.FAILED, f"readiness check failed: {exc}")
+            return self._not_ready(f"readiness check failed: {exc}")
         except Exception as exc:  # a transport error mid-proof is a failure with its detail
-            return self._verdict(Status.FAILED, f"readiness check failed: {type(exc).__name__}: {exc}")
+            return self._not_ready(f"readiness check failed: {type(exc).__name__}: {exc}")
         acceptance = None
         summary = f"model={ready.model} completion={ready.completion_tokens} tokens"
         if ready.acceptance is not None:
@@ -243,6 +244,26 @@ class Watch:
         summary += f" noise={sum(self.noise.values())}"
         completion = {"tokens": ready.completion_tokens, "text": ready.completion_text, "seconds": ready.completion_s}
         return self._verdict(Status.READY, summary, acceptance=acceptance, completion=completion)
+
+    def _not_ready(self, why: str) -> Verdict:
+        """A failed proof: the root cause first when the log holds one (an engine that answers 500 has
+        usually printed why: the first completion ran the model for the first time)."""
+        cause = None
+        for _ in range(NOT_READY_READS):  # the traceback lands in the log as the error is answered
+            self._ingest()
+            if (cause := self._cause()) is not None:
+                break
+            time.sleep(self.opt.interval_s)
+        if cause is None:
+            return self._verdict(Status.FAILED, why)
+        text = cause.headline()
+        text = text if len(text) <= CAUSE_MAX else text[: CAUSE_MAX - 1] + "…"
+        return self._verdict(Status.FAILED, f"{text} at {cause.where()} [{cause.process}] ({why[:300]})",
+                             root_cause=_cause_dict(cause))  # fmt: skip
+
+    def _cause(self) -> RootCause | None:
+        """The root cause the log holds so far (a group's watch looks in every rank's log)."""
+        return self.collector.root_cause()
 
     def progress_line(self) -> str:
         """`loading weights 37/64 shards, 312s elapsed, ETA 215s, GPU 41234 MiB`."""

@@ -101,3 +101,33 @@ def test_readiness_asks_every_data_parallel_rank_for_a_completion():
         assert str(exc).startswith("data-parallel rank 2: ReadTimeout")
     else:
         raise AssertionError("a rank that does not answer is not READY")
+
+
+class AnswersFiveHundred:
+    """Rank 0's API: up, and its first completion answered 500 (the engine printed why)."""
+
+    def health(self) -> int:
+        return 200
+
+    def prove(self, speculative: bool) -> None:
+        raise NotReady("HTTP 500 from POST /v1/completions: 'EngineCore encountered an issue'")
+
+
+def test_a_failed_proof_puts_the_root_cause_from_the_ranks_logs_first(tmp_path):
+    worker_error = [
+        "(Worker_DP0 pid=54) ERROR 12-03 08:11:57 [multiproc_executor.py:1063] Traceback (most recent call last):",
+        '(Worker_DP0 pid=54) ERROR 12-03 08:11:57 [multiproc_executor.py:1063]   File "/opt/engine/lib/python3.11/'
+        'site-packages/vllm/distributed/device_communicators/base_device_communicator.py", line 296, in all_gatherv',
+        "(Worker_DP0 pid=54) ERROR 12-03 08:11:57 [multiproc_executor.py:1063]     raise NotImplementedError",
+        "(Worker_DP0 pid=54) ERROR 12-03 08:11:57 [multiproc_executor.py:1063] NotImplementedError",
+    ]
+    head = Scripted([["(APIServer pid=1) INFO vLLM API server version 0.32.0"], [], worker_error])
+    opts = WatchOptions(url=None, interval_s=0.01, diagnostics=tmp_path, progress=False)
+    watch = GroupWatch(GroupSource([Rank(0, "tb-1", head), Rank(1, "tb-2", Scripted([]))]), opts)
+    watch.probe = AnswersFiveHundred()  # type: ignore[assignment]
+    verdict = watch.run()
+    assert verdict.status == "FAILED"
+    assert verdict.headline.startswith("rank 0 on tb-1 (the API): NotImplementedError at ")
+    assert "base_device_communicator.py:296 [Worker_DP0]" in verdict.headline
+    assert verdict.headline.endswith("(readiness check failed: HTTP 500 from POST /v1/completions: "
+                                     "'EngineCore encountered an issue')")  # fmt: skip
