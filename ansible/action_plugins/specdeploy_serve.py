@@ -254,17 +254,20 @@ class ActionModule(SpecdeployAction):
         gate = self.gate(cfg, args["bench"]) if args["action"] == "deploy" else None
         return None if gate is None else _SaidGate(gate, self, cfg, args, diagnostics)
 
-    def group(self, args: dict[str, Any]) -> dict[str, int]:
-        """The hosts of this host's multi-node engine, {host: rank}, whatever serve batch each is in."""
+    def group(self, args: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
+        """The hosts of this host's multi-node engine, {host: rank}, whatever serve batch each is in; and
+        the play's hosts whose serving variables were never composed (failed before the rollout)."""
         hostvars = self.task_vars["hostvars"]
         hosts = self.task_vars.get("ansible_play_hosts_all") or [self.host_name]
-        return ranks_of({h: self._templar.template(hostvars[h].get("serving_config")) for h in hosts}, args["config"])
+        configs = {h: self._templar.template(hostvars[h].get("serving_config")) for h in hosts}
+        return ranks_of(configs, args["config"]), [h for h, cfg in configs.items() if not cfg]
 
     def checked(self, args: dict[str, Any]) -> tuple[ServingConfig, dict[str, int], list[str]]:
         """The configuration, its multi-node group ({host: rank}, empty for one host) and what is wrong."""
         cfg = ServingConfig.from_vars({**args["config"], "api_key": self.secret("serving_api_key")})
-        ranks = self.group(args)
-        problems = cfg.problems() + GateSettings.from_vars(args["bench"]).problems() + group_problems(ranks, cfg.nnodes)
+        ranks, unchecked = self.group(args)
+        problems = cfg.problems() + GateSettings.from_vars(args["bench"]).problems()
+        problems += group_problems(ranks, cfg.nnodes, unchecked)
         return cfg, ranks, problems
 
     def act(self, args: dict[str, Any]) -> dict[str, Any]:

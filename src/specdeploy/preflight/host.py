@@ -38,14 +38,18 @@ def parse_ss(text: str) -> list[Listener]:
     return out
 
 
-def port_problems(listeners: list[Listener], port: int, own_engine_publishes: bool, host: str) -> list[str]:
-    """A listener on the serving port that is not our own engine's (Docker's proxy for it)."""
+def port_problems(listeners: list[Listener], port: int, own_engine_publishes: bool, host: str,
+                  own_pids: frozenset[int] = frozenset()) -> list[str]:  # fmt: skip
+    """A listener on the serving port that is not our own engine's: Docker's proxy for it, or (an engine on
+    the host's network, as a multi-node one runs) a process of its container, OWN_PIDS."""
     foreign = []
     for listener in listeners:
         if listener.port != port:
             continue
         names = {name for name, _ in listener.processes}
         if own_engine_publishes and (not names or names <= {"docker-proxy"}):
+            continue
+        if listener.processes and {pid for _, pid in listener.processes} <= own_pids:
             continue
         who = ", ".join(f"PID {pid} ({name})" for name, pid in listener.processes) or "a process ss cannot name"
         foreign.append(f"{listener.address}:{port} is held by {who}")
@@ -111,5 +115,8 @@ def host_problems(host: str, reads: dict[str, object], options: dict[str, object
         if path in free and (problem := space_problem(host, what, path, free[path], needed=need, variable=variable)):
             out.append(problem)
     port = int(str(options["port"]))
-    out += port_problems(parse_ss(str(reads.get("listeners", ""))), port, bool(reads.get("own_engine_publishes")), host)
+    pids = reads.get("own_pids") or []
+    own = frozenset(int(pid) for pid in pids) if isinstance(pids, list) else frozenset()
+    out += port_problems(parse_ss(str(reads.get("listeners", ""))), port, bool(reads.get("own_engine_publishes")), host,
+                         own)  # fmt: skip
     return out

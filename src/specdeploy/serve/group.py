@@ -16,7 +16,7 @@ as a whole (a rank that came back alone never rejoins its group).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -75,8 +75,9 @@ def ranks_of(configs: Mapping[str, Mapping[str, Any] | None], mine: Mapping[str,
     return {host: int(cfg.get("node_rank") or 0) for host, cfg in configs.items() if cfg and key(cfg) == ours}
 
 
-def problems(ranks: dict[str, int], nnodes: int) -> list[str]:
-    """The group as the inventory gives it ({host: serving_node_rank}): every rank once."""
+def problems(ranks: dict[str, int], nnodes: int, unchecked: Iterable[str] = ()) -> list[str]:
+    """The group as the inventory gives it ({host: serving_node_rank}): every rank once. UNCHECKED: the
+    play's hosts whose serving variables were never composed (they failed before the rollout)."""
     if not ranks:
         return []
     seen: dict[int, list[str]] = {}
@@ -89,6 +90,8 @@ def problems(ranks: dict[str, int], nnodes: int) -> list[str]:
         out.append(f"serving_nnodes={nnodes}, but no host in this play has serving_node_rank "
                    f"{', '.join(map(str, missing))} (the group is {dict(sorted(ranks.items()))}): "
                    "deploy every rank together, with no --limit that splits them")  # fmt: skip
+        if unchecked:
+            out[-1] += f"; {', '.join(sorted(unchecked))} failed before the rollout: see its error above"
     return out
 
 

@@ -40,6 +40,15 @@ def test_docker_proxy_is_foreign_when_our_engine_does_not_publish_the_port():
     assert "PID 4242 (docker-proxy)" in problem
 
 
+def test_a_host_network_engine_listening_itself_is_ours_only_when_its_processes_are_our_containers():
+    """A multi-node engine runs on the host's network: vllm itself holds the port, as a process of
+    our engine container (`docker top`); the same process outside it is foreign."""
+    ss = 'LISTEN 0 2048 0.0.0.0:8000 0.0.0.0:* users:(("vllm",pid=3757,fd=21))\n'
+    assert host_problems("gpu-1", reads(listeners=ss, own_engine_publishes=False, own_pids=[1, 3757]), OPTIONS) == []
+    (problem,) = host_problems("gpu-1", reads(listeners=ss, own_engine_publishes=False, own_pids=[1, 99]), OPTIONS)
+    assert "PID 3757 (vllm)" in problem
+
+
 def test_too_little_space_for_the_build_names_the_path_and_the_variable():
     (problem,) = host_problems("gpu-1", reads(free=f"/var/lib/docker {20 * GIB}\n/srv/models/target {50 * GIB}"),
                                OPTIONS)  # fmt: skip

@@ -170,6 +170,8 @@ def test_the_group_is_found_by_its_rank_0_and_must_have_every_rank_once():
     assert problems({"a": 0, "b": 1}, 2) == [] and problems({}, 1) == []
     (missing,) = problems({"a": 0}, 2)
     assert "no host in this play has serving_node_rank 1" in missing and "--limit" in missing
+    (failed,) = problems({"b": 1}, 2, ["a"])
+    assert failed.endswith("; a failed before the rollout: see its error above")
     (twice,) = problems({"a": 0, "b": 0}, 2)[:1]
     assert "serving_node_rank=0 is given to a, b" in twice
     with pytest.raises(SpecdeployError, match=r"ranks 0\.\.1"):
