@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -400,7 +400,9 @@ class ActionModule(SpecdeployAction):
             warms[0].keep(outcome.verdict)
             for m, _, raw in built if outcome.status == "deployed" else []:
                 store: Any = m.rollout.store  # (HostRecords: Rollout types it as the RecordStore it uses)
-                store.record_serving(serving(outcome, {**args, "config": raw}, bool(m.cfg.api_key)))
+                old = m.rollout.record.old
+                mine = replace(outcome, image_id=m.image_id, previous_image_id=old.image_id if old else None)
+                store.record_serving(serving(mine, {**args, "config": raw}, bool(m.cfg.api_key)))
             joined = fleet is not None and outcome.status in ("deployed", "unchanged", "rolled-back") and fleet.join()
         except SpecdeployError as exc:
             return {"failed": True, "changed": group.began, "msg": str(exc)}
