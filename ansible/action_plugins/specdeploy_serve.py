@@ -351,8 +351,8 @@ class ActionModule(SpecdeployAction):
         return Member(rank, host, rollout, ServingConfig.from_vars({**raw, "api_key": key}), image), conn, raw
 
     def group_watch(self, args: dict[str, Any], cfg: ServingConfig,
-                    conns: list[tuple[int, str, HostConnection]]) -> Callable[[float], Verdict]:  # fmt: skip
-        def watch(stall_floor_s: float) -> Verdict:
+                    conns: list[tuple[int, str, HostConnection]]) -> Callable[[float, int], Verdict]:  # fmt: skip
+        def watch(stall_floor_s: float, replicas: int) -> Verdict:
             stall = max(args["stall_timeout"], stall_floor_s)
             self.say(f"watching the {len(conns)} ranks of {CONTAINER} on {', '.join(h for _, h, _ in conns)} "
                      f"(stall timeout {stall:.0f} s)")  # fmt: skip
@@ -360,7 +360,7 @@ class ActionModule(SpecdeployAction):
                                    speculative=cfg.speculative_method == "eagle3", timeout_s=args["timeout"],
                                    api_key=cfg.api_key,
                                    diagnostics=host_runs(self.host_name), progress=False,
-                                   data_parallel_ranks=cfg.data_parallel_ranks,
+                                   data_parallel_ranks=replicas,
                                    on_progress=lambda line: self.say(f"group: {line}"))  # fmt: skip
             verdict = watch_group_on_hosts(conns, CONTAINER, cfg.port, options, args["reconnect_grace"])
             for line in [*verdict.notes, verdict.first_line()]:

@@ -163,17 +163,21 @@ def probe_health(worker: Worker) -> Probe:
 def probe_completion(worker: Worker, timeout_s: float) -> Probe:
     """A real one-token completion, the only proof that the engine serves: one to each data-parallel
     rank of a multi-node engine, the first that fails named with its host."""
-    if len(worker.ranks) < 2:
+    if len(worker.ranks) < 2 or not worker.data_parallel:  # (a model-parallel group: see of_group)
         return _completion(worker, timeout_s)
-    if not worker.data_parallel:  # every forward needs every rank: any of them may be the cause
-        probe = _completion(worker, timeout_s)
-        return probe if probe.kind == "ok" else replace(probe, detail=f"{probe.detail} (one engine over "
-                                                                      f"{', '.join(worker.ranks)})")  # fmt: skip
     for rank, host in enumerate(worker.ranks):
         probe = _completion(worker, timeout_s, rank)
         if probe.kind != "ok":
             return replace(probe, detail=f"data-parallel rank {rank} on {host}: {probe.detail}")
     return Probe("ok", f"every rank answered a completion ({', '.join(worker.ranks)})")
+
+
+def of_group(worker: Worker, probe: Probe) -> Probe:
+    """A sick model-parallel group's probe names its hosts: every forward needs every rank, and the one
+    that died may be any of them (rank 0's API is all the sentinel sees)."""
+    if len(worker.ranks) < 2 or worker.data_parallel or probe.kind in ("ok", "alive", "quiet"):
+        return probe
+    return replace(probe, detail=f"{probe.detail} (one engine over {', '.join(worker.ranks)})")
 
 
 def _completion(worker: Worker, timeout_s: float, rank: int | None = None) -> Probe:
@@ -258,6 +262,7 @@ class Sentinel:
     def step(self, worker: Worker, probe: Probe, now: float | None = None) -> Decision:
         """Judge one probe against the router's current membership, and act on it."""
         now = time.time() if now is None else now
+        probe = of_group(worker, probe)
         with self.lock:
             try:
                 member = worker.url in self.router.members()

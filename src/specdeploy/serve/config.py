@@ -21,6 +21,8 @@ from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
 MODEL_MOUNT = "/models/target"
 CONTAINER = names.ENGINE_CONTAINER
 CONFIG_LABEL = "io.specdeploy.serve-config"
+# The replicas behind the API (data_parallel_ranks): a version brought back is proven by its own count.
+DP_RANKS_LABEL = "io.specdeploy.data-parallel-ranks"
 
 
 # Each field is a knob of specdeploy.serve.schema (its doc, rule and role default are there; the
@@ -362,7 +364,11 @@ class ServingConfig:
             # py-spy reads a stalled engine's stacks (the watchdog's dump) with ptrace.
             "cap_add": ["SYS_PTRACE"],
             **self._network(),
-            "labels": {CONFIG_LABEL: self.digest(), "io.specdeploy.served-model": self.served_model_name},
+            "labels": {
+                CONFIG_LABEL: self.digest(),
+                "io.specdeploy.served-model": self.served_model_name,
+                DP_RANKS_LABEL: str(self.data_parallel_ranks),
+            },
             "restart_policy": {"Name": "no"},
             "detach": True,
         }

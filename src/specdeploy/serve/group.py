@@ -24,7 +24,7 @@ from docker.errors import APIError
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.records import run_folder
-from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.config import CONTAINER, DP_RANKS_LABEL, ServingConfig
 from specdeploy.serve.rollout import (
     FAILED,
     OLDER,
@@ -40,7 +40,8 @@ from specdeploy.serve.rollout import (
 )
 from specdeploy.watch.watchdog import Verdict
 
-GroupWatcher = Callable[[float], Verdict]  # the stall timeout's floor (s) -> the group's verdict on CONTAINER
+# (the stall timeout's floor in s, the data-parallel replicas to prove) -> the group's verdict on CONTAINER
+GroupWatcher = Callable[[float, int], Verdict]
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,9 @@ class GroupRollout:
                                diagnostics=str(run_folder(m.rollout.diagnostics)),
                                headline=f"{m.name}: docker could not start {container.name}: "
                                         f"{exc.explanation or exc}")  # fmt: skip
-        return self.watch(stall_floor_s)
+        head = self.members[0].rollout._get(ids[0])
+        replicas = int((head.labels if head is not None else {}).get(DP_RANKS_LABEL) or 1)
+        return self.watch(stall_floor_s, replicas)
 
     def _promote(self, ids: dict[int, str]) -> None:
         for m in self.members:

@@ -24,6 +24,7 @@ from specdeploy.fleet.sentinel import (
     control_server,
     judge,
     main,
+    of_group,
     probe_completion,
     probe_health,
     read_workers,
@@ -144,6 +145,10 @@ def test_a_data_parallel_group_is_one_worker_whose_every_rank_must_answer(engine
     (tmp_path / "g.json").write_text(json.dumps({"url": url(engine), "model": "m", "ranks": ["tb-1", "tb-2"],
                                                  "data_parallel": True}))  # fmt: skip
     assert read_workers(tmp_path)["g"] == group
+    tensor_parallel = Worker(url(engine), "m", ranks=("tb-1", "tb-2"))
+    assert of_group(tensor_parallel, Probe("down", "/health: refused")).detail == (
+        "/health: refused (one engine over tb-1, tb-2)")  # fmt: skip
+    assert of_group(tensor_parallel, Probe("ok", "fine")).detail == "fine" and of_group(group, hung) == hung
 
 
 def test_the_sentinel_keeps_state_and_transitions_and_rejoins_when_someone_else_did_not(tmp_path):

@@ -42,13 +42,17 @@ class Group:
         self.kill: int | None = None
         self.watched: list[list[tuple[str, str]]] = []
         self.left = 0
+        self.replicas: list[int] = []  # the data-parallel replicas each watch was told to prove
 
     def cfg(self, tag: str, rank: int) -> ServingConfig:
+        mode = "model_parallel" if tag.startswith("tp") else "data_parallel"
         return ServingConfig(engine="vllm", image=tag, model_path="/srv/models/target", served_model_name=tag,
-                             nnodes=2, node_rank=rank, master_addr="10.0.0.1", multi_node="data_parallel")  # fmt: skip
+                             nnodes=2, node_rank=rank, master_addr="10.0.0.1", multi_node=mode,
+                             tensor_parallel_size=2 if mode == "model_parallel" else 1)  # fmt: skip
 
-    def watch(self, stall_floor_s: float) -> Verdict:
+    def watch(self, stall_floor_s: float, replicas: int) -> Verdict:
         engines = [h.named(CONTAINER) for h in self.hosts]
+        self.replicas.append(replicas)
         assert all(e is not None for e in engines)
         if self.kill is not None:
             engines[self.kill].stop()  # type: ignore[union-attr]
@@ -151,6 +155,16 @@ def test_a_rank_that_restarted_alone_makes_the_group_restart_as_one(tmp_path):
     assert out.status == "deployed" and out.notes[0] == "rank 1 on tb-2 restarted since its proof"
     proven(group, "v1")
     assert group.hosts[1].named(PREVIOUS) is None  # the same version, proven again: nothing retired
+
+
+def test_a_version_brought_back_is_proven_by_its_own_replica_count(tmp_path):
+    """Found on the test bed: the data-parallel attempt failed, and the tensor-parallel version it
+    replaced was then asked for a completion on a second replica it never had (HTTP 400)."""
+    group = Group(tmp_path, {"sha256:dp": "FAILED"})
+    group.deploy("tp1")
+    out = group.deploy("dp")
+    assert out.status == "rolled-back" and group.replicas == [1, 2, 1]
+    proven(group, "tp1")
 
 
 def test_a_new_version_keeps_the_proven_one_as_previous_on_every_rank(tmp_path):
