@@ -418,7 +418,7 @@ class ActionModule(SpecdeployAction):
                 hint="when every host answers again: make status, then make deploy (it resumes)",
             )
             return {"failed": True, "changed": group.began, "msg": str(error)}
-        return {**result(outcome, joined), "prewarm": None, "ranks": ranks}
+        return {**result(outcome, joined), "prewarm": None, "ranks": ranks, "data_parallel": group.serves_replicas()}
 
 
 def image_id(rollout: Rollout, tag: str, where: str) -> str:

@@ -22,6 +22,7 @@ import docker
 import httpx
 import pytest
 
+from specdeploy.fleet.sentinel import PATHS
 from specdeploy.records import host_runs
 from specdeploy_testbed.fleet import MODEL, SENTINEL_FAILURES, SENTINEL_INTERVAL, SENTINEL_TIMEOUT, api_key, router
 from specdeploy_testbed.fleet import deploy_args as fleet_deploy_args
@@ -164,6 +165,9 @@ def test_data_parallel_over_the_hosts_is_refused_by_the_engine_named_with_its_ra
     assert "rank 0 on testbed-1 (the API): NotImplementedError at " in message, out.output[-6000:]
     assert "base_device_communicator.py" in message and "rolled every rank back" in message
     back_on(before)
+    # The sentinel is told what serves again: one tensor-parallel engine, not two replicas.
+    registration = json.loads(on_host(1, f"cat {PATHS['workers']}/testbed-1.json"))
+    assert registration["data_parallel"] is False and registration["ranks"] == ["testbed-1", "testbed-2"]
     record_timing("  data parallel over the hosts: refused at its first completion, rolled back", out.seconds)
 
 

@@ -117,6 +117,11 @@ class GroupRollout:
         current = member.rollout._get(CONTAINER)
         return bool(ref and ref.started_at and current and current.attrs["State"]["StartedAt"] != ref.started_at)
 
+    def serves_replicas(self) -> bool:
+        """Whether the version rank 0 runs now is data-parallel replicas (the sentinel probes each)."""
+        head = self.members[0].rollout._get(CONTAINER)
+        return head is not None and int(head.labels.get(DP_RANKS_LABEL) or 1) > 1
+
     # ------------------------------------------------------------------ deploy
 
     def deploy(self, warm: Callable[[Member], str]) -> Outcome:

@@ -165,6 +165,7 @@ def test_a_version_brought_back_is_proven_by_its_own_replica_count(tmp_path):
     out = group.deploy("dp")
     assert out.status == "rolled-back" and group.replicas == [1, 2, 1]
     proven(group, "tp1")
+    assert group.rollout("dp").serves_replicas() is False  # the sentinel is told what serves, not what failed
 
 
 def test_a_new_version_keeps_the_proven_one_as_previous_on_every_rank(tmp_path):
