@@ -126,7 +126,8 @@ def read_host(hostvars: Mapping[str, Any]) -> dict[str, Any] | None:
 def serving(found: Mapping[str, Any]) -> bool:
     """A reading of a host whose engine runs as a deploy leaves it: recorded, running, healthy."""
     container = found.get("container") or []
-    return bool(found.get("rollout") and found.get("current") and len(container) == 4
+    # id, image, status, start time (a restarted engine is not the one proven), restart policy
+    return bool(found.get("rollout") and found.get("current") and len(container) == 5
                 and container[2] == "running" and found.get("health") == 200)  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def test_death_of_a_pid_that_is_not_the_watchdogs_child_says_its_status_is_unkno
     engine_log = tmp_path / "engine.log"
     with engine_log.open("wb") as out:
         # Our child, not the watchdog's: it prints after a delay, so the watch attaches while it lives.
-        engine = subprocess.Popen([sys.executable, "-c", "import time, runpy, sys; time.sleep(1.5); "
+        engine = subprocess.Popen([sys.executable, "-c", "import time, runpy, sys; time.sleep(4); "
                                    "sys.argv = ['log_replay', sys.argv[1], '--end', 'exit', '--code', '3']; "
                                    "runpy.run_module('tests.support.log_replay', run_name='__main__')",
                                    str(log.path)], cwd=ROOT, stdout=out)  # fmt: skip

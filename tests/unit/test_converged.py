@@ -20,7 +20,7 @@ import pytest
 from specdeploy import converged
 
 SERVING = {"rollout": "r1", "current": "c1", "drafter": "d1", "health": 200,
-           "container": ["cid", "sha256:img", "running", "unless-stopped"]}  # fmt: skip
+           "container": ["cid", "sha256:img", "running", "2026-12-03T09:00:00Z", "unless-stopped"]}  # fmt: skip
 INVENTORY = """\
 all:
   children:
@@ -72,7 +72,8 @@ def test_only_a_generated_inventory_without_a_router_qualifies(checkout: Path) -
     assert converged.inventory_hosts(inv) is None
 
 
-NOT_SERVING = [{"health": 503}, {"health": None}, {"container": ["cid", "sha256:img", "exited", "unless-stopped"]},
+EXITED = ["cid", "sha256:img", "exited", "2026-12-03T09:00:00Z", "unless-stopped"]
+NOT_SERVING = [{"health": 503}, {"health": None}, {"container": EXITED},
                {"container": []}, {"rollout": ""}]  # fmt: skip
 
 
@@ -141,14 +142,14 @@ def test_the_hosts_probe_reads_the_records_the_container_and_health(tmp_path: Pa
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake_docker = bin_dir / "docker"
-    fake_docker.write_text("#!/bin/sh\necho 'cid sha256:img running unless-stopped'\n")
+    fake_docker.write_text("#!/bin/sh\necho 'cid sha256:img running 2026-12-03T09:00:00Z unless-stopped'\n")
     fake_docker.chmod(fake_docker.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     out = subprocess.run([sys.executable, "-c", converged._PROBE, str(state), "specdeploy-engine"], env=env,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     found = json.loads(out)
     assert converged.serving(found)
-    assert found["container"] == ["cid", "sha256:img", "running", "unless-stopped"]
+    assert found["container"] == ["cid", "sha256:img", "running", "2026-12-03T09:00:00Z", "unless-stopped"]
     assert len(found["rollout"]) == 64 and len(found["drafter"]) == 64
     (state / "current.json").write_text(json.dumps({"config": {"port": 9}}))  # nothing listens on port 9
     found = json.loads(subprocess.run([sys.executable, "-c", converged._PROBE, str(state), "x"], env=env,
