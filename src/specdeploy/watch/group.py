@@ -34,15 +34,18 @@ class Rank:
         return f"rank {self.rank} on {self.host} ({role})"
 
     def read(self) -> list[str]:
-        """New lines, each fed to this rank's collector (noise is never a cause)."""
-        lines = self.source.read_new()
-        for raw in lines:
+        """New lines, each not noise fed to this rank's collector; returns those that count as progress
+        (as Watch._ingest judges rank 0's: noise is never a cause, and progress only where it says so)."""
+        progress = []
+        for raw in self.source.read_new():
             self.raw.append(raw)
             line = parse_line(raw)
             noise = noise_match(line.text)
-            if noise is None or noise.progress:
+            if noise is None:
                 self.collector.feed(line)
-        return lines
+            if noise is None or noise.progress:
+                progress.append(raw)
+        return progress
 
 
 class GroupSource:

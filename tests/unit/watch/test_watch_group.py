@@ -131,3 +131,11 @@ def test_a_failed_proof_puts_the_root_cause_from_the_ranks_logs_first(tmp_path):
     assert "base_device_communicator.py:296 [Worker_DP0]" in verdict.headline
     assert verdict.headline.endswith("(readiness check failed: HTTP 500 from POST /v1/completions: "
                                      "'EngineCore encountered an issue')")  # fmt: skip
+
+
+def test_a_headless_ranks_known_noise_is_neither_progress_nor_a_cause(tmp_path):
+    noise = ("Failed to import Triton kernels. Please make sure your triton version is compatible. Error: "
+             "cannot import name 'SparseMatrix' from 'triton_kernels.tensor'")  # fmt: skip
+    headless = Scripted([[f"(EngineCore pid={i}) {noise}"] for i in range(60)])  # each line new
+    verdict = watch(tmp_path, Scripted([]), headless, stall_timeout_s=0.2, timeout_s=30)
+    assert verdict.status == "STALLED" and verdict.elapsed_s < 0.5  # the noise kept nothing alive
