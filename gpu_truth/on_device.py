@@ -128,6 +128,58 @@ def tiny_models(architecture: str, variant: str = "") -> Path:
     return out
 
 
+def full_depth_models(layers: int, experts: int) -> Path:
+    """Kimi-K2.5 at its real shapes (specdeploy_testbed.real_shapes): config and tokenizer only, for
+    `--load-format dummy`; LAYERS deep, EXPERTS routed experts per layer (cut to fit one GPU)."""
+    out = STORE / "models" / f"kimi_k25-full-{layers}l-{experts}e"
+    if (out / "drafter" / "config.json").is_file():
+        return out
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "specdeploy_testbed.real_shapes", str(out), "--layers", str(layers),
+                    "--experts", str(experts)], check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+    log(f"Kimi-K2.5 model forms ({layers} layers, {experts} routed experts) made in "
+        f"{time.monotonic() - started:.1f} s at {out}")  # fmt: skip
+    return out
+
+
+def test_only(
+    argv: list[str], engine: str, args: argparse.Namespace
+) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """The settings the harness adds to the rendered command, and only these (the record names them):
+    random weights of the model's shapes (`--load-format dummy`: no checkpoint on disk) and a set
+    acceptance (vLLM 0.33's synthetic rejection sampler in the one --speculative-config; SGLang's
+    SGLANG_SIMULATE_ACC_LEN), so a real-shape drafter runs at its real cost with a chosen acceptance."""
+    argv, env, named = list(argv), {}, {}
+    if args.dummy_load:
+        if "--load-format" in argv:
+            raise SystemExit("the rendering names a --load-format already: the dummy load would fight it")
+        argv += ["--load-format", "dummy"]
+        named["load_format"] = "dummy"
+    if args.acceptance and engine == "vllm" and "--speculative-config" in argv:
+        at = argv.index("--speculative-config") + 1
+        spec = json.loads(argv[at])
+        spec |= {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": args.acceptance}
+        argv[at] = json.dumps(spec, separators=(",", ":"))
+        named["synthetic_acceptance_length"] = args.acceptance
+    elif args.acceptance and engine == "sglang" and "--speculative-algorithm" in argv:
+        env["SGLANG_SIMULATE_ACC_LEN"] = str(args.acceptance)
+        named["SGLANG_SIMULATE_ACC_LEN"] = args.acceptance
+    return argv, env, named
+
+
+def memory(out: Path) -> dict[str, Any]:
+    """The engine's own memory accounting from its log (specdeploy.watch.memory), kept beside it."""
+    from specdeploy.watch.memory import memory_figures  # noqa: PLC0415
+
+    path = out / "engine.log"
+    found = memory_figures(path.read_text(errors="replace").splitlines() if path.is_file() else [])
+    doc = {**found.to_dict(), "summary": found.summary()}
+    (out / "memory.json").write_text(json.dumps(doc, indent=2))
+    log(f"memory: {doc['summary']}")
+    return doc
+
+
 def inventory_vars(inventory: Path, overrides: list[str]) -> dict[str, Any]:
     import yaml  # noqa: PLC0415 (the machine's PyYAML)
 
@@ -258,7 +310,8 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
     out = OUT / args.tag if args.tag else OUT
     out.mkdir(parents=True, exist_ok=True)
     values = inventory_vars(ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
-    models = tiny_models(args.architecture)
+    models = (full_depth_models(args.layers, args.experts) if args.form == "full-depth"
+              else tiny_models(args.architecture))  # fmt: skip
     if args.drafter_ids:
         variant = STORE / "models" / f"{args.architecture}-ids-{args.drafter_ids.replace(',', '-')}"
         if not variant.is_dir():
@@ -284,10 +337,13 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
     sites = ":".join(str(site(e)) if not e.startswith("/") else e for e in args.site or [args.engine])
     env = {**config.environment(), "PYTHONPATH": sites, "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}",
            "PYTHONUNBUFFERED": "1", **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
-    argv = engine_argv(config.command())
+    argv, extra_env, named = test_only(engine_argv(config.command()), args.engine, args)
+    env |= extra_env
     record = {"engine": args.engine, "rendered_command": config.command(), "ran": argv, "env": env,
               "inventory": args.inventory, "overrides": args.set, "architecture": args.architecture,
-              "drafter_ids": args.drafter_ids or None}  # fmt: skip
+              "drafter_ids": args.drafter_ids or None, "test_only": named,
+              "model_form": {"form": args.form, **({"layers": args.layers, "routed_experts_per_layer": args.experts}
+                                                   if args.form == "full-depth" else {})}}  # fmt: skip
     (out / "command.json").write_text(json.dumps(record, indent=2))
     log(f"rendered: {' '.join(config.command())}")
     watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(out / "engine.log"),
@@ -303,6 +359,7 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     log(f"watch exit {watched.returncode}: {verdict_line}")
     print(watched.stdout[-4000:])
+    memory(out)
     return watched.returncode, verdict_line, round(time.monotonic() - started, 1)
 
 
@@ -348,7 +405,13 @@ def gate(args: argparse.Namespace) -> int:
     """The gate's sweep and speculation-off baseline, as a rollout runs them, in two device calls
     (each under the per-call limit): `--baseline` measures the same flags without the drafter and
     keeps the result in the store under its baseline key (the host's record's part); the next call
-    measures the speculative engine and judges it against it (bench.json, the crossover line)."""
+    measures the speculative engine and judges it against it (bench.json, the crossover line).
+
+    `--repeat N` measures the same READY engine's sweep N times: the n-th speculative sweep is divided
+    by the n-th baseline sweep, so each repeat has its own crossover line and the runs can be held
+    to each other (a gate whose crossover moves between runs of one configuration measures noise)."""
+    from specdeploy.gate import rules  # noqa: PLC0415
+
     out, values, config = prepare(args)
     judge = benchmark_gate(values, config)
     local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
@@ -358,6 +421,7 @@ def gate(args: argparse.Namespace) -> int:
     if args.baseline:
         code, verdict_line, seconds = start_watched(off, args, out / "baseline")
         measured: dict[str, Any] = {"sweep": [], "note": f"the speculation-off engine was not READY ({verdict_line})"}
+        doc: dict[str, Any] = {}
         try:
             started = time.monotonic()
             if code == 0:
@@ -365,12 +429,15 @@ def gate(args: argparse.Namespace) -> int:
             log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - started:.1f} s: "
                 + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
                             for p in measured["sweep"]))  # fmt: skip
+            doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured, "repeats": []}
+            keep(doc, kept, out)
+            for n in range(2, args.repeat + 1) if code == 0 and measured.get("max_tokens") else ():
+                doc["repeats"].append(judge.sweep(local, int(measured["max_tokens"])))
+                log(f"baseline, sweep {n}: " + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s')}"
+                                                        for p in doc["repeats"][-1]))  # fmt: skip
+                keep(doc, kept, out)
         finally:
             stop_engines()
-        doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured}
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(json.dumps(doc, indent=2))
-        (out / "baseline.json").write_text(json.dumps(doc, indent=2))
         return code
     baseline = json.loads(kept.read_text()) if kept.is_file() else None
     log(f"baseline {key[:19]}: {'kept from the --baseline call' if baseline else 'none (run --baseline first)'}")
@@ -379,11 +446,32 @@ def gate(args: argparse.Namespace) -> int:
         if code == 0:
             verdict = json.loads((out / "speculative" / "verdict.json").read_text())
             result = judge(local, verdict, None, None, baseline)
-            (out / "bench.json").write_text(json.dumps({**result.report, "start_s": seconds}, indent=2))
+            report = {**result.report, "start_s": seconds, "repeats": []}
+            (out / "bench.json").write_text(json.dumps(report, indent=2))
             log(result.message)
+            repeats = (baseline or {}).get("repeats") or []
+            tokens = int((baseline or {}).get("max_tokens") or (result.report.get("figures") or {}).get("max_tokens")
+                         or rules.CALIBRATION_TOKENS)  # fmt: skip
+            for n in range(2, args.repeat + 1):
+                sweep = judge.sweep(local, tokens)
+                against = repeats[n - 2] if len(repeats) >= n - 1 else []
+                speedup = rules.speedups(sweep, against) if against else {}
+                line = rules.crossover(speedup) if against else "no baseline sweep of this repeat"
+                report["repeats"].append({"sweep": sweep, "baseline_sweep": against,
+                                          "speedup": {str(c): x for c, x in sorted(speedup.items())},
+                                          "crossover": line})  # fmt: skip
+                (out / "bench.json").write_text(json.dumps(report, indent=2))
+                log(f"sweep {n}: {line}")
     finally:
         stop_engines()
     return code
+
+
+def keep(doc: dict[str, Any], kept: Path, out: Path) -> None:
+    """The baseline as measured so far: in the store (the next call's) and in $OUT."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(doc, indent=2))
+    (out / "baseline.json").write_text(json.dumps(doc, indent=2))
 
 
 def watch(rest: list[str]) -> int:
@@ -402,6 +490,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
     sub.add_parser("receive")
+    sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
     ins = sub.add_parser("install")
     ins.add_argument("engine")
     ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
@@ -416,6 +505,21 @@ def main() -> int:
     engine_run.add_argument("--tag", default="", help="subfolder of $OUT")
     engine_run.add_argument("--stall-timeout", type=float, default=240)
     engine_run.add_argument("--timeout", type=float, default=480)
+    engine_run.add_argument(
+        "--form",
+        default="tiny",
+        choices=("tiny", "full-depth"),
+        help="the test bed's tiny models, or Kimi-K2.5's real shapes (specdeploy_testbed.real_shapes)",
+    )
+    engine_run.add_argument("--layers", type=int, default=61, help="full-depth: decoder layers")
+    engine_run.add_argument("--experts", type=int, default=32, help="full-depth: routed experts per layer (cut)")
+    engine_run.add_argument("--dummy-load", action="store_true", help="test-only: --load-format dummy")
+    engine_run.add_argument(
+        "--acceptance",
+        type=float,
+        default=0.0,
+        help="test-only: a set mean acceptance length (vLLM's synthetic sampler, SGLang's SGLANG_SIMULATE_ACC_LEN)",
+    )
     srv = sub.add_parser("serve", parents=[engine_run])
     srv.add_argument("--no-bench", action="store_true")
     srv.add_argument("--prompts", type=int, default=32)
@@ -424,11 +528,15 @@ def main() -> int:
     gat = sub.add_parser("gate", parents=[engine_run], help="the gate's sweep against the speculation-off baseline")
     gat.add_argument("--baseline", action="store_true", help="measure and keep the speculation-off baseline")
     gat.add_argument("--engine-version", default="", help="the engine's version (part of the baseline's key)")
+    gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
     if args.step == "receive":
         receive()
+        return 0
+    if args.step == "stop":
+        stop_engines()
         return 0
     if args.step == "install":
         install(args.engine, args.leave_out)

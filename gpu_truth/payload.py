@@ -2,8 +2,13 @@
 
     python gpu_truth/payload.py vllm      # or sglang; writes .gpu-payload/<engine>/
 
-1. The release: the newest release of the engine whose wheel's own `Requires-Dist` admits the GPU
-   machine's torch (read from each wheel's METADATA by HTTP range requests, newest first).
+1. The release: the one pinned in src/specdeploy/pins.yaml (`engines.<engine>_cuda`; `--release`
+   overrides). Where its wheel's own `Requires-Dist` refuses the GPU machine's torch, torch is carried
+   at the version it pins, with what torch's own `Requires-Dist` names that the machine lacks, as the
+   recipe says (TORCH_CARRIED: triton, NCCL); what the machine has at another version and is kept is
+   named with the reason (TORCH_KEPT). `--machine-torch`: the old choice instead, the newest release
+   admitting the machine's torch (read from each wheel's METADATA by HTTP range requests), and torch
+   never carried.
 2. The wheel set: pip's resolver (`--dry-run --report`) for that release on the machine's platform
    (CPython 3.12, manylinux x86_64), with the machine's own packages as constraints, so the set
    fits what is installed there; a package the engine pins to another version is let go (it is
@@ -67,6 +72,32 @@ class Recipe:
     also: tuple[str, ...] = ("py-spy",)
     # packages the machine has in another form (a metapackage whose content it holds): name -> of
     assume: dict[str, str] = field(default_factory=dict)
+    # torch carried: what torch's requirements name is carried beside it, or kept from the machine; why
+    torch_carried: dict[str, str] = field(default_factory=lambda: dict(TORCH_CARRIED))
+    torch_kept: dict[str, str] = field(default_factory=lambda: dict(TORCH_KEPT))
+
+
+# Torch carried (a pinned release refuses the machine's torch): what torch's own Requires-Dist names
+# at a version the machine does not have is either carried (at torch's pin, or the nearest later
+# release of the same major when the index lacks it) or kept from the machine, each with the reason.
+# A CUDA library in neither is refused: the recipe must say which.
+TORCH_CARRIED: dict[str, str] = {
+    "triton": "torch's own Requires-Dist pins it: torch.compile and the engine's Triton kernels need the "
+    "Triton that torch was built with",
+    "nvidia-nccl-cu13": "torch 2.14.0 + triton 3.8.0 alone fail at import against the machine's NCCL 2.28.9: "
+    "'libtorch_cuda.so: undefined symbol: ncclCommResume'; adding nvidia-nccl-cu13 fixed it (H200, 2026-12-03)",
+}
+TORCH_KEPT: dict[str, str] = {
+    "cuda-toolkit": "a metapackage with no files of its own: the libraries its extras pin are compared one by "
+    "one (nvidia-cublas, nvidia-cuda-runtime, ...)",
+    "nvidia-cudnn-cu13": "only cuDNN calls fail ('PyTorch was compiled against (9, 24, 0) but found runtime "
+    "version (9, 19, 0)', H200 2026-12-03), and the LLM decode path makes none (no convolutions; attention "
+    "is FlashAttention/FlashInfer/MLA kernels); carry nvidia-cudnn-cu13 if a cuDNN call is ever needed",
+    "nvidia-cublas": "the same cuBLAS 13.1 (libcublas.so.13) a patch release older: torch 2.14.0's bf16 matmul, "
+    "torch.compile and SDPA ran on the machine's copy (H200, 2026-12-03)",
+    "nvidia-cusparselt-cu13": "2:4 structured-sparse matmul only (torch's semi-structured sparsity), which "
+    "the LLM decode path does not call; the same 0.8 series",
+}
 
 
 RECIPES = {
@@ -211,11 +242,141 @@ def pick_release(client: httpx.Client, package: str, torch: str) -> tuple[str, l
 
 def machine_packages(path: Path) -> dict[str, str]:
     """The GPU machine's `pip freeze` (name==version lines), captured there by gpu_truth/probe.sh."""
-    out = {}
+    out: dict[str, str] = {}
     for line in path.read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             name, version = line.split("==", 1)
             out[canonicalize_name(name)] = version.strip()
+    return out
+
+
+# ---------------------------------------------------------------- torch: the machine's, or carried
+
+
+def _installable(filename: str) -> bool:
+    """As _fits, a compressed python tag (`py2.py3`) read tag by tag (cuda-toolkit's wheels carry one)."""
+    python, abi, platform = filename[:-4].split("-")[-3:]
+    return any(_fits(f"x-0-{tag}-{abi}-{platform}.whl") for tag in python.split("."))
+
+
+def index_wheels(client: httpx.Client, name: str) -> dict[Version, dict[str, Any]]:
+    """A wheel the machine installs for each final release of `name` on the index."""
+    out: dict[Version, dict[str, Any]] = {}
+    for f in _wheels(client, name):
+        version = Version(f["filename"].split("-")[1])
+        if _installable(f["filename"]) and not version.is_prerelease:
+            out.setdefault(version, f)
+    return out
+
+
+def metadata_of(client: httpx.Client, name: str, version: str) -> str:
+    wheel = index_wheels(client, name)[Version(version)]
+    return _remote_metadata(client, wheel["url"], wheel["size"])
+
+
+def carry_version(client: httpx.Client, req: Requirement) -> tuple[str, str]:
+    """The version of `req` to carry: the newest on the index it admits, or, if the index has none (a
+    pin it lacks), the nearest later release of the same major (same soname); and a note when so."""
+    versions = sorted(index_wheels(client, req.name))
+    admitted = [v for v in versions if req.specifier.contains(v, prereleases=True)]
+    if admitted:
+        return str(admitted[-1]), ""
+    pins = [Version(s.version) for s in req.specifier if s.operator in ("==", "===")]
+    later = [v for v in versions if pins and v > pins[0] and v.release[0] == pins[0].release[0]]
+    if not later:
+        raise SystemExit(f"{req}: no release of {req.name} on the index to carry ({[str(v) for v in versions]})")
+    return str(later[0]), f" ({req.name}=={pins[0]} is not on the index: the nearest later release of the same major)"
+
+
+@dataclass
+class TorchPlan:
+    """The torch the engine runs on there: the machine's, or one carried with what it needs."""
+
+    machine: str
+    carried: str | None
+    why: str
+    carry: dict[str, str] = field(default_factory=dict)  # name -> version, fetched as real wheels (torch too)
+    carried_why: dict[str, str] = field(default_factory=dict)  # "name==version" -> why (beside torch)
+    kept: dict[str, str] = field(default_factory=dict)  # machine library -> why it is kept
+    specs: list[str] = field(default_factory=list)  # torch's other requirements, for pip to resolve
+    requirements: list[Requirement] = field(default_factory=list)  # all of torch's, the toolkit's expanded
+
+
+def torch_requirements(client: httpx.Client, metadata: str) -> list[Requirement]:
+    """torch's requirements on the machine, a CUDA metapackage's extras expanded into what they pin
+    (cuda-toolkit[cublas,...] names nvidia-cublas==..., each compared with the machine's own)."""
+    out = []
+    for req in requires(metadata):
+        out.append(req)
+        if req.extras and NEVER_RELEASED.match(canonicalize_name(req.name)):
+            version, _ = carry_version(client, req)
+            for sub in requires(metadata_of(client, req.name, version), tuple(sorted(req.extras))):
+                if str(sub) not in map(str, out):
+                    out.append(sub)
+    return out
+
+
+def plan_torch(client: httpx.Client, recipe: Recipe, release: str, machine: dict[str, str],
+               may_carry: bool) -> TorchPlan:  # fmt: skip
+    """Whether the release's own torch requirement admits the machine's torch; if not (and carrying is
+    allowed), torch at the version it pins and, from torch's own requirements, what is carried beside
+    it and what is kept from the machine (the recipe's torch_carried / torch_kept, with the reasons)."""
+    machine_torch = machine["torch"].split("+")[0]
+    engine_reqs = requires(metadata_of(client, recipe.package, release))
+    torch_reqs = [r for r in engine_reqs if canonicalize_name(r.name) == "torch"]
+    spec = ", ".join(str(r.specifier) for r in torch_reqs) or "(no torch requirement)"
+    if all(r.specifier.contains(machine_torch, prereleases=True) for r in torch_reqs):
+        return TorchPlan(machine_torch, None, f"{recipe.package} {release} asks torch {spec}: "
+                         f"the machine's {machine_torch} admits it")  # fmt: skip
+    if not may_carry:
+        raise SystemExit(f"{recipe.package} {release} asks torch {spec}, refusing the machine's {machine_torch}, "
+                         "and --machine-torch never carries torch")  # fmt: skip
+    torch, _ = carry_version(client, Requirement(f"torch{spec}"))
+    plan = TorchPlan(machine_torch, torch, f"{recipe.package} {release} asks torch {spec}, refusing the "
+                     f"machine's {machine_torch}: torch {torch} is carried")  # fmt: skip
+    plan.carry["torch"] = torch
+    plan.requirements = torch_requirements(client, metadata_of(client, "torch", torch))
+    for req in plan.requirements:
+        name = canonicalize_name(req.name)
+        on_machine = name in machine and req.specifier.contains(machine[name].split("+")[0], prereleases=True)
+        if not NEVER_RELEASED.match(name):
+            plan.specs.append(f"{req.name}{req.specifier}")  # pip's to resolve, with the engine's set
+        elif on_machine or name in plan.carry:
+            continue
+        elif name in recipe.torch_carried:
+            version, note = carry_version(client, req)
+            plan.carry[name] = version
+            plan.carried_why[f"{name}=={version}"] = f"torch {torch} asks {req.specifier}, the machine has " \
+                f"{machine.get(name, 'none')}: {recipe.torch_carried[name]}{note}"  # fmt: skip
+        elif name in recipe.torch_kept:
+            plan.kept[name] = f"torch {torch} asks {req.specifier}, the machine has {machine.get(name, 'none')}, " \
+                f"kept: {recipe.torch_kept[name]}"  # fmt: skip
+        else:
+            raise SystemExit(f"torch {torch} asks {req}; the machine has {name} {machine.get(name, 'none')}: "
+                             "say in the recipe (torch_carried or torch_kept) whether it is carried or kept, "
+                             "and why")  # fmt: skip
+    return plan
+
+
+def direct_specs(reqs: list[Requirement], optional: set[str]) -> list[str]:
+    """The release's own requirements as they apply on the machine, markers already read, for pip:
+    pip reads markers with the interpreter it runs on, not --python-version's (vLLM 0.33.0's
+    `setuptools<81; python_version > "3.11"` was lost under this machine's Python 3.11)."""
+    return [f"{r.name}{'[' + ','.join(sorted(r.extras)) + ']' if r.extras else ''}{r.specifier}" for r in reqs
+            if canonicalize_name(r.name) not in optional]  # fmt: skip
+
+
+def unmet(reqs: list[Requirement], have: dict[str, str], excused: set[str]) -> list[str]:
+    """The requirements neither the payload nor the machine meets (`have`: name -> version there
+    after install), less those left out or kept on purpose (`excused`)."""
+    out = []
+    for req in reqs:
+        name = canonicalize_name(req.name)
+        version = have.get(name)
+        if name in excused:
+            continue
+        if version is None or not req.specifier.contains(version.split("+")[0], prereleases=True):
+            out.append(f"{req} (there: {version or 'nothing'})")
     return out
 
 
@@ -233,18 +394,24 @@ def _stub(folder: Path, name: str, version: str, label: str = "machine") -> None
         whl.writestr(f"{dist}.dist-info/RECORD", "")
 
 
-def resolve(specs: list[str], machine: dict[str, str], optional: dict[str, str], work: Path) -> list[dict[str, Any]]:
+def resolve(specs: list[str], machine: dict[str, str], optional: dict[str, str], work: Path,
+            carried: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """pip's own resolver for the machine's platform, the machine's packages held at their
-    versions and the optional ones left empty (both as stubs: their own needs are never walked);
+    versions, the optional ones left empty and torch's carried set held at its versions (all as
+    stubs: their own needs are never walked; the carried ones are fetched as real wheels after);
     returns the report's install items."""
+    carried = carried or {}
     stubs = work / "machine"
     stubs.mkdir()
     for name, version in machine.items():
-        _stub(stubs, name, version.split("+")[0])
+        if name not in carried:
+            _stub(stubs, name, version.split("+")[0])
     for name, version in optional.items():
         _stub(stubs, name, version, "optional")
+    for name, version in carried.items():
+        _stub(stubs, name, version, "carried")
     cfile = work / "constraints.txt"
-    held = {**machine, **optional}
+    held = {**{n: v for n, v in machine.items() if n not in carried}, **optional, **carried}
     cfile.write_text("".join(f"{n}=={v.split('+')[0]}\n" for n, v in sorted(held.items())))
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
@@ -272,22 +439,27 @@ class Conflict(Exception):
         name = canonicalize_name(held.group(1))
         needs = [line.strip() for line in text.splitlines() if re.search(rf"depends on {re.escape(held.group(1))}\b",
                  line, re.IGNORECASE)]  # fmt: skip
+        # the release's (or carried torch's) own requirements, given to pip directly (direct_specs)
+        needs += [f"{line.strip()} (the release's or torch's own requirement)" for line in text.splitlines()
+                  if re.search(rf"The user requested {re.escape(held.group(1))}[^A-Za-z0-9._-]", line, re.IGNORECASE)
+                  and "(constraint)" not in line]  # fmt: skip
         return name, "; ".join(needs) or "pip's conflict"
 
 
 # The machine's CUDA stack is torch's: carrying another copy would shadow what torch was built with.
+# A conflict never lets these go; only torch carrying does, deliberately, by the recipe (plan_torch).
 NEVER_RELEASED = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")
 
 
-def resolve_releasing(specs: list[str], machine: dict[str, str], optional: dict[str, str],
-                      released: dict[str, str]) -> list[dict[str, Any]]:  # fmt: skip
+def resolve_releasing(specs: list[str], machine: dict[str, str], optional: dict[str, str], released: dict[str, str],
+                      carried: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Resolve; a machine package the engine's set needs at another version is let go (carried at
     that version, shadowing the machine's on PYTHONPATH) and the reason recorded in `released`."""
     for _ in range(20):
         held = {n: v for n, v in machine.items() if n not in released}
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                return resolve(specs, held, optional, Path(tmp))
+                return resolve(specs, held, optional, Path(tmp), carried)
             except Conflict as conflict:
                 found = conflict.machine_package()
                 if found is None or found[0] in released or NEVER_RELEASED.match(found[0]):
@@ -301,14 +473,14 @@ def resolve_releasing(specs: list[str], machine: dict[str, str], optional: dict[
 
 def select(items: list[dict[str, Any]], recipe: Recipe) -> dict[str, Any]:
     """What to carry: every package of pip's set that is neither a machine stub (already there at
-    that version) nor an optional one's stub. Optional packages were stubs during the resolution,
-    so whatever only they need never entered the set."""
+    that version) nor an optional one's stub nor torch's carried set (fetched as real wheels beside).
+    Optional packages were stubs during the resolution, so whatever only they need never entered the set."""
     carry, on_machine = [], []
     for item in items:
         version = item["metadata"]["version"]
         if version.endswith("+machine"):
             on_machine.append(f"{canonicalize_name(item['metadata']['name'])}=={version.split('+')[0]}")
-        elif not version.endswith("+optional"):
+        elif not version.endswith(("+optional", "+carried")):
             carry.append(item)
     return {"carry": carry, "on_machine": sorted(on_machine), "left_out": dict(recipe.optional)}
 
@@ -320,7 +492,7 @@ def optional_versions(client: httpx.Client, recipe: Recipe, release: str) -> dic
         f for f in _wheels(client, recipe.package) if _fits(f["filename"]) and f"-{release}-" in f["filename"]
     )
     wanted = {canonicalize_name(r.name): r for r in requires(_remote_metadata(client, engine["url"], engine["size"]))}
-    out = {}
+    out: dict[str, str] = {}
     for name in map(canonicalize_name, recipe.optional):
         if name in wanted:
             versions = sorted({Version(f["filename"].split("-")[1]) for f in _wheels(client, name)}, reverse=True)
@@ -330,7 +502,7 @@ def optional_versions(client: httpx.Client, recipe: Recipe, release: str) -> dic
 
 
 def fetch(client: httpx.Client, item: dict[str, Any], folder: Path) -> Path:
-    url = item["download_info"]["url"]
+    url: str = item["download_info"]["url"]
     want = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
     path = folder / url.rsplit("/", 1)[1]
     if not (path.is_file() and want and hashlib.sha256(path.read_bytes()).hexdigest() == want):
@@ -362,22 +534,64 @@ def trim(path: Path, members: tuple[str, ...]) -> int:
     return before - path.stat().st_size
 
 
-def build(engine: str, machine_file: Path, torch_version: str | None) -> Path:
+def pinned_release(engine: str) -> str:
+    """The release pins.yaml deploys on CUDA (engines.<engine>_cuda)."""
+    return str(PINS["engines"][f"{engine}_cuda"])
+
+
+def choose_release(client: httpx.Client, engine: str, release: str | None,
+                   machine_torch: str | None) -> tuple[str, list[str]]:  # fmt: skip
+    """`--release`; else, given the machine's torch (`--machine-torch`), the newest release admitting
+    it; else the release pins.yaml deploys. With the log of why."""
+    package = RECIPES[engine].package
+    if release:
+        return release, [f"{package} {release}: --release"]
+    if machine_torch:
+        return pick_release(client, package, machine_torch)
+    return pinned_release(engine), [f"{package} {pinned_release(engine)}: pins.yaml engines.{engine}_cuda"]
+
+
+def _index_item(client: httpx.Client, name: str, version: str) -> dict[str, Any]:
+    """A carried wheel of torch's set as pip's report would name it (for fetch)."""
+    wheel = index_wheels(client, name)[Version(version)]
+    return {"metadata": {"name": name, "version": version},
+            "download_info": {"url": wheel["url"], "archive_info": {"hashes": wheel.get("hashes", {})}}}  # fmt: skip
+
+
+def build(engine: str, machine_file: Path, torch_version: str | None, release: str | None = None,
+          machine_torch: bool = False) -> Path:  # fmt: skip
     recipe = RECIPES[engine]
     machine = machine_packages(machine_file)
-    torch = torch_version or machine["torch"].split("+")[0]
+    if torch_version:
+        machine["torch"] = torch_version
+    torch = machine["torch"].split("+")[0]
     out = OUT / engine
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     with httpx.Client(timeout=120, follow_redirects=True) as client:
-        version, why = pick_release(client, recipe.package, torch)
+        version, why = choose_release(client, engine, release, torch if machine_torch else None)
+        torch_plan = plan_torch(client, recipe, version, machine, may_carry=not machine_torch)
+        why.append(torch_plan.why)
         print("\n".join(why))
-        released = {canonicalize_name(n): why for n, why in recipe.release.items()}
+        for name, reason in {**torch_plan.carried_why, **torch_plan.kept}.items():
+            print(f"  {name}: {reason}")
+        released: dict[str, str] = {canonicalize_name(n): why for n, why in recipe.release.items()}
         machine |= {canonicalize_name(n): machine[canonicalize_name(of)] for n, of in recipe.assume.items()}
         optional = optional_versions(client, recipe, version)
-        specs = [f"{recipe.package}=={version}", *(f"{n}=={PINS['tools'][n.replace('-', '_')]}" for n in recipe.also)]
-        items = resolve_releasing(specs, machine, optional, released)
+        engine_reqs = requires(metadata_of(client, recipe.package, version))
+        specs = [f"{recipe.package}=={version}", *(f"{n}=={PINS['tools'][n.replace('-', '_')]}" for n in recipe.also),
+                 *direct_specs(engine_reqs, set(optional)), *torch_plan.specs]  # fmt: skip
+        items = resolve_releasing(specs, machine, optional, released, torch_plan.carry)
         chosen = select(items, recipe)
+        chosen["carry"] += [_index_item(client, n, v) for n, v in torch_plan.carry.items()]
+        # Nothing the release (or the carried torch) asks for is missing there: carried, on the machine,
+        # left out with the engine's reason, or kept with the recipe's.
+        have = {n: v for n, v in machine.items() if n not in released and n not in torch_plan.carry}
+        have |= {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in chosen["carry"]}
+        missing = unmet(engine_reqs + torch_plan.requirements, have,
+                        set(map(canonicalize_name, recipe.optional)) | set(torch_plan.kept))  # fmt: skip
+        if missing:
+            raise SystemExit(f"{engine} {version}: not met there:\n" + "\n".join(missing))
         for old in wheels.iterdir():
             old.unlink()
         trimmed = {}
@@ -402,7 +616,10 @@ def build(engine: str, machine_file: Path, torch_version: str | None) -> Path:
     tar_path.unlink()
     (out / "SHA256SUMS").write_text("\n".join(sums) + "\n")
     manifest = {
-        "engine": engine, "release": version, "torch": torch, "release_choice": why,
+        "engine": engine, "release": version, "release_choice": why,
+        "torch": {"machine": torch_plan.machine, "carried": torch_plan.carried, "why": torch_plan.why},
+        "carried_cuda_libraries": torch_plan.carried_why, "kept_from_machine": torch_plan.kept,
+        "requirements_unmet": missing,
         "carried": sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in chosen["carry"]),
         "on_machine": chosen["on_machine"], "left_out": chosen["left_out"], "trimmed": trimmed,
         "released_from_machine": released, "bytes": len(data), "parts": len(sums) - 1,
@@ -436,8 +653,11 @@ def main() -> None:
     parser.add_argument("--machine", type=Path, default=ROOT / "gpu_truth" / "machines" / "nvidia-h200.txt",
                         help="the GPU machine's pip freeze (gpu_truth/probe.sh reads it there)")  # fmt: skip
     parser.add_argument("--torch", help="the machine's torch (default: from --machine)")
+    parser.add_argument("--release", help="the engine release (default: pins.yaml engines.<engine>_cuda)")
+    parser.add_argument("--machine-torch", action="store_true",
+                        help="the newest release admitting the machine's torch; torch never carried")  # fmt: skip
     args = parser.parse_args()
-    out = build(args.engine, args.machine, args.torch)
+    out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
     print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
     print("\n".join(plan(args.engine, out)))
 

@@ -1,5 +1,5 @@
-"""The tiny test-bed models' configs, torch-free: what tiny_models writes, and what the unit tests
-hold to transformers' config classes (tests/unit/testbed/test_tiny_configs.py).
+"""The tiny test-bed models' configs and their tokenizer's training, torch-free: what tiny_models
+writes, and what the unit tests hold to transformers' config classes (tests/unit/testbed/test_tiny_configs.py).
 
 Stdlib only: tiny_models.py also runs as a script on a test-bed host, in a venv without specdeploy,
 with this file copied next to it (testbed/roles/setup_tiny_models).
@@ -44,6 +44,38 @@ ROPE_SCALING = {
     "mscale_all_dim": 1.0,
 }
 AUX_LAYER_IDS = (2, 3, 4)
+
+
+CORPUS = [
+    "speculative decoding drafts tokens that the target model verifies in one pass",
+    "the quick brown fox jumps over the lazy dog while the engine loads its weights",
+    "mixture of experts routes each token to a few experts and a shared expert",
+    "multi head latent attention compresses keys and values into a small latent",
+] * 64
+
+
+def train_tokenizer(out: Path, specials: list[str], chat_template: str, names: dict[str, str]) -> dict[str, int]:
+    """Saves a byte-level BPE tokenizer trained on CORPUS; returns the special tokens' ids (after the
+    merges the corpus yields). tokenizers/transformers are imported here, so this module stays
+    importable without them (and without torch: the real-shape forms train it too)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - len(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.add_special_tokens(specials)  # at the end of the vocabulary
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **names)  # type: ignore[no-untyped-call]
+    fast.chat_template = chat_template
+    fast.save_pretrained(out)
+    ids = {token: tok.token_to_id(token) for token in specials}
+    return {token: i for token, i in ids.items() if i is not None}
 
 
 def target_config() -> dict[str, Any]:

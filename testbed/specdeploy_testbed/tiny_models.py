@@ -32,39 +32,12 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedTokenizerFast
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
 try:  # `python -m specdeploy_testbed.tiny_models`: the package is on the path
     from specdeploy_testbed import tiny_configs
 except ModuleNotFoundError:  # run as a script (the test bed's role), next to a copy of tiny_configs.py
     import tiny_configs  # type: ignore[no-redef]
-
-CORPUS = [
-    "speculative decoding drafts tokens that the target model verifies in one pass",
-    "the quick brown fox jumps over the lazy dog while the engine loads its weights",
-    "mixture of experts routes each token to a few experts and a shared expert",
-    "multi head latent attention compresses keys and values into a small latent",
-] * 64
-
-
-def train_tokenizer(out: Path, specials: list[str], chat_template: str, names: dict[str, str]) -> dict[str, int]:
-    """Saves the tokenizer; returns the special tokens' ids (after the merges the corpus yields)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=tiny_configs.VOCAB - len(specials),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    tok.add_special_tokens(specials)  # at the end of the vocabulary
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **names)  # type: ignore[no-untyped-call]
-    fast.chat_template = chat_template
-    fast.save_pretrained(out)
-    ids = {token: tok.token_to_id(token) for token in specials}
-    return {token: i for token, i in ids.items() if i is not None}
 
 
 def text_model(cfg: dict[str, Any], always_accept: bool) -> DeepseekV3ForCausalLM:
@@ -80,7 +53,7 @@ def text_model(cfg: dict[str, Any], always_accept: bool) -> DeepseekV3ForCausalL
 
 def make_deepseek_target(out: Path, always_accept: bool) -> dict[str, Any]:
     names = {"bos_token": "<|begin|>", "eos_token": "<|end|>", "pad_token": "<|pad|>"}
-    ids = train_tokenizer(out, tiny_configs.SPECIALS, tiny_configs.CHAT_TEMPLATE, names)
+    ids = tiny_configs.train_tokenizer(out, tiny_configs.SPECIALS, tiny_configs.CHAT_TEMPLATE, names)
     cfg = {**tiny_configs.target_config(), "bos_token_id": ids["<|begin|>"], "eos_token_id": ids["<|end|>"]}
     text_model(cfg, always_accept).save_pretrained(out, safe_serialization=True)
     # save_pretrained drops the router keys transformers does not model, and writes rope_scaling and
@@ -124,7 +97,7 @@ def vision_tensors(cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def make_kimi_target(out: Path, always_accept: bool) -> dict[str, Any]:
     names = {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]"}
-    ids = train_tokenizer(out, tiny_configs.KIMI_SPECIALS, tiny_configs.KIMI_CHAT_TEMPLATE, names)
+    ids = tiny_configs.train_tokenizer(out, tiny_configs.KIMI_SPECIALS, tiny_configs.KIMI_CHAT_TEMPLATE, names)
     text = {**tiny_configs.target_config(), "bos_token_id": ids["[BOS]"], "eos_token_id": ids["[EOS]"]}
     cfg = tiny_configs.kimi_config(text, ids)
     # The hub checkpoint nests the text model's tensors under language_model, named as

@@ -4,6 +4,7 @@ result in the client's layout: what runs on the H200 is the real vLLM."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import textwrap
 from dataclasses import dataclass
@@ -120,3 +121,39 @@ def test_the_h200_gate_runs_are_todays_rendering_and_rules(run: str) -> None:
         values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
         config = on_device.render(values)
         assert (config if method == "eagle3" else config.speculation_off()).command() == record["rendered_command"]
+
+
+def test_repeats_measure_the_same_engine_again_each_against_its_own_baseline_sweep(machine: Machine,
+                                                                                  monkeypatch) -> None:  # fmt: skip
+    assert call("--baseline", "--repeat", "2", "--engine-version", "0.33.0", monkeypatch=monkeypatch) == 0
+    kept = json.loads((machine.root / "out" / "baseline.json").read_text())
+    assert len(kept["repeats"]) == 1 and [p["concurrency"] for p in kept["repeats"][0]] == [1, 4, 16]
+    assert call("--repeat", "2", "--engine-version", "0.33.0", monkeypatch=monkeypatch) == 0
+    assert machine.started == ["none", "eagle3"]  # one start each: the repeats measure the READY engine
+    bench = json.loads((machine.root / "out" / "bench.json").read_text())
+    (repeat,) = bench["repeats"]
+    assert repeat["speedup"] == {"1": 1.3, "4": 1.3, "16": 1.3} and repeat["baseline_sweep"] == kept["repeats"][0]
+    assert repeat["crossover"] == bench["crossover"]
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"dummy_load": False, "acceptance": 0.0, **kw})
+
+
+def test_the_test_only_settings_are_added_to_the_rendering_and_named() -> None:
+    spec = '{"method":"eagle3","model":"/opt/drafter","num_speculative_tokens":3}'
+    argv, env, named = on_device.test_only(["x", "--speculative-config", spec], "vllm",
+                                           _args(dummy_load=True, acceptance=2.3))  # fmt: skip
+    assert argv[-2:] == ["--load-format", "dummy"] and env == {}
+    assert json.loads(argv[2]) == {**json.loads(spec), "rejection_sample_method": "synthetic",
+                                   "synthetic_acceptance_length": 2.3}  # fmt: skip
+    assert named == {"load_format": "dummy", "synthetic_acceptance_length": 2.3}
+    # speculation off: nothing to set the acceptance of
+    assert on_device.test_only(["x"], "vllm", _args(acceptance=2.3)) == (["x"], {}, {})
+    argv, env, named = on_device.test_only(["x", "--speculative-algorithm", "EAGLE3"], "sglang", _args(acceptance=1.6))
+    assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6"} and named == {"SGLANG_SIMULATE_ACC_LEN": 1.6}
+
+
+def test_a_dummy_load_never_fights_a_rendered_loader() -> None:
+    with pytest.raises(SystemExit, match="--load-format already"):
+        on_device.test_only(["x", "--load-format", "fastsafetensors"], "vllm", _args(dummy_load=True))

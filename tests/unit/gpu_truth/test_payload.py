@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from gpu_truth import on_device, payload
 
 ROOT = Path(__file__).parents[3]
@@ -126,3 +127,124 @@ def test_the_device_plan_carries_one_part_a_call_and_serves_after_the_last(tmp_p
     assert len(calls) == 3
     assert '"SHA256SUMS"' not in calls[1] and ".gpu-payload/sglang/SHA256SUMS" in calls[0]
     assert "serve sglang --architecture deepseek_v3" in calls[-1] and "serve" not in calls[0]
+
+
+# ---------------------------------------------------------------- the release and torch (a fake index)
+
+PINNED = payload.pinned_release("vllm")
+H200 = {"torch": "2.11.0", "triton": "3.6.0", "nvidia-nccl-cu13": "2.28.9", "nvidia-cudnn-cu13": "9.19.0.56",
+        "cuda-toolkit": "13.0.2", "nvidia-cublas": "13.1.0.3", "sympy": "1.14.0", "numpy": "2.3.5",
+        "cuda-bindings": "13.3.1"}  # fmt: skip
+TORCH_2_14 = [
+    "sympy>=1.13.3",
+    'cuda-toolkit[cublas]==13.0.3; platform_system == "Linux"',
+    'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"',
+    'nvidia-nccl-cu13==2.30.7; platform_system == "Linux"',
+    'triton~=3.8.0; platform_system == "Linux" and python_version < "3.15"',
+]
+
+
+def _index(monkeypatch, nccl: tuple[str, ...] = ("2.28.9", "2.30.7", "2.32.6")) -> None:
+    """PyPI as far as the builder asks: wheels by name, each one's METADATA by its url."""
+    packages: dict[str, dict[str, list[str]]] = {
+        "vllm": {PINNED: ["torch==2.14.0", "numpy"]},
+        "torch": {"2.11.0": [], "2.14.0": TORCH_2_14, "2.14.1": TORCH_2_14},
+        "triton": {"3.6.0": [], "3.8.0": [], "3.9.0": []},
+        "nvidia-nccl-cu13": {v: [] for v in nccl},
+        "cuda-toolkit": {"13.0.2": [], "13.0.3": ['nvidia-cublas==13.1.1.3.*; extra == "cublas"']},
+    }
+
+    def wheels(client: object, name: str) -> list[dict[str, object]]:
+        return [{"filename": f"{name.replace('-', '_')}-{v}-py3-none-any.whl", "url": f"fake://{name}/{v}", "size": 1,
+                 "hashes": {"sha256": "0" * 64}} for v in packages[name]]  # fmt: skip
+
+    def metadata(client: object, url: str, size: int) -> str:
+        name, version = url.removeprefix("fake://").split("/")
+        return "".join(f"Requires-Dist: {r}\n" for r in packages[name][version])
+
+    monkeypatch.setattr(payload, "_wheels", wheels)
+    monkeypatch.setattr(payload, "_remote_metadata", metadata)
+
+
+def test_the_release_is_the_one_pins_yaml_deploys_unless_told(monkeypatch) -> None:
+    pins = yaml.safe_load((ROOT / "src" / "specdeploy" / "pins.yaml").read_text())["engines"]
+    assert payload.choose_release(None, "vllm", None, None)[0] == pins["vllm_cuda"]  # type: ignore[arg-type]
+    assert payload.choose_release(None, "sglang", None, None)[0] == pins["sglang_cuda"]  # type: ignore[arg-type]
+    assert payload.choose_release(None, "vllm", "0.26.0", None)[0] == "0.26.0"  # type: ignore[arg-type]
+    monkeypatch.setattr(payload, "pick_release", lambda client, package, torch: ("0.34.0", [f"admits {torch}"]))
+    assert payload.choose_release(None, "vllm", None, "2.14.0") == ("0.34.0", ["admits 2.14.0"])  # type: ignore[arg-type]
+
+
+def test_torch_is_carried_where_the_releases_pin_refuses_the_machines(monkeypatch) -> None:
+    _index(monkeypatch)
+    plan = payload.plan_torch(None, payload.RECIPES["vllm"], PINNED, dict(H200), may_carry=True)  # type: ignore[arg-type]
+    assert (plan.machine, plan.carried) == ("2.11.0", "2.14.0")
+    # triton at torch's own pin (~=3.8.0: 3.9.0 refused), NCCL at torch's pin, not the newest
+    assert plan.carry == {"torch": "2.14.0", "triton": "3.8.0", "nvidia-nccl-cu13": "2.30.7"}
+    assert "ncclCommResume" in plan.carried_why["nvidia-nccl-cu13==2.30.7"]
+    # kept from the machine with the recipe's reason; cuda-toolkit's extras are compared one by one
+    assert set(plan.kept) == {"cuda-toolkit", "nvidia-cublas", "nvidia-cudnn-cu13"}
+    assert "decode path makes none" in plan.kept["nvidia-cudnn-cu13"]
+    assert plan.specs == ["sympy>=1.13.3"]  # torch's pure-Python needs go to pip with the engine's set
+
+
+def test_torch_is_not_carried_where_the_machines_is_admitted_nor_ever_in_machine_torch_mode(monkeypatch) -> None:
+    _index(monkeypatch)
+    recipe = payload.RECIPES["vllm"]
+    plan = payload.plan_torch(None, recipe, PINNED, {**H200, "torch": "2.14.0+cu130"}, may_carry=True)  # type: ignore[arg-type]
+    assert plan.carried is None and plan.carry == {} and plan.kept == {} and "admits" in plan.why
+    with pytest.raises(SystemExit, match="never carries torch"):
+        payload.plan_torch(None, recipe, PINNED, dict(H200), may_carry=False)  # type: ignore[arg-type]
+
+
+def test_a_torch_pin_the_index_lacks_takes_the_nearest_later_release_of_its_major(monkeypatch) -> None:
+    _index(monkeypatch, nccl=("2.28.9", "2.31.2", "2.32.6", "3.0.1"))
+    plan = payload.plan_torch(None, payload.RECIPES["vllm"], PINNED, dict(H200), may_carry=True)  # type: ignore[arg-type]
+    assert plan.carry["nvidia-nccl-cu13"] == "2.31.2"
+    assert "not on the index" in plan.carried_why["nvidia-nccl-cu13==2.31.2"]
+
+
+def test_a_cuda_library_torch_refuses_that_the_recipe_does_not_name_stops_the_build(monkeypatch) -> None:
+    _index(monkeypatch)
+    recipe = payload.Recipe(package="vllm", torch_kept={"cuda-toolkit": "a metapackage"})
+    with pytest.raises(SystemExit, match="nvidia-cublas"):
+        payload.plan_torch(None, recipe, PINNED, dict(H200), may_carry=True)  # type: ignore[arg-type]
+
+
+def test_unmet_requirements_are_named_and_excused_ones_are_not() -> None:
+    reqs = [payload.Requirement(r) for r in ("torch==2.14.0", "numpy<2.5", "tilelang==0.1.12", "xgrammar==0.2.8")]
+    have = {"torch": "2.14.0", "numpy": "2.5.1"}
+    assert payload.unmet(reqs, have, {"tilelang"}) == ["numpy<2.5 (there: 2.5.1)", "xgrammar==0.2.8 (there: nothing)"]
+
+
+def test_the_manifest_says_what_torch_carries_and_what_the_machine_keeps(tmp_path: Path, monkeypatch) -> None:
+    _index(monkeypatch)
+    monkeypatch.setattr(payload, "ROOT", tmp_path)
+    monkeypatch.setattr(payload, "OUT", tmp_path / ".gpu-payload")
+    machine = tmp_path / "machine.txt"
+    machine.write_text("".join(f"{n}=={v}\n" for n, v in H200.items()))
+    resolved: dict[str, object] = {}
+
+    def resolve_releasing(specs, held, optional, released, carried):  # type: ignore[no-untyped-def]
+        resolved.update(specs=specs, carried=carried)
+        return [{"metadata": {"name": "vllm", "version": PINNED}, "download_info": {"url": "fake://vllm.whl"}},
+                {"metadata": {"name": "torch", "version": "2.14.0+carried"}}]  # fmt: skip
+
+    def fetch(client: object, item: dict[str, dict[str, str]], folder: Path) -> Path:
+        path = folder / f"{item['metadata']['name']}-{item['metadata']['version']}.whl"
+        path.write_bytes(b"wheel")
+        return path
+
+    monkeypatch.setattr(payload, "resolve_releasing", resolve_releasing)
+    monkeypatch.setattr(payload, "optional_versions", lambda client, recipe, release: {})
+    monkeypatch.setattr(payload, "fetch", fetch)
+    monkeypatch.setattr(payload, "trim", lambda path, members: 0)
+    out = payload.build("vllm", machine, None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["release"] == PINNED
+    assert manifest["torch"]["machine"] == "2.11.0" and manifest["torch"]["carried"] == "2.14.0"
+    assert resolved["carried"] == {"torch": "2.14.0", "triton": "3.8.0", "nvidia-nccl-cu13": "2.30.7"}
+    assert "ncclCommResume" in manifest["carried_cuda_libraries"]["nvidia-nccl-cu13==2.30.7"]
+    assert "cuDNN" in manifest["kept_from_machine"]["nvidia-cudnn-cu13"]
+    assert manifest["carried"] == ["nvidia-nccl-cu13==2.30.7", "torch==2.14.0", "triton==3.8.0", f"vllm=={PINNED}"]
+    assert manifest["requirements_unmet"] == [] and (out / "SHA256SUMS").is_file()

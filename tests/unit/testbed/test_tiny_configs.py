@@ -44,14 +44,19 @@ def kimi() -> dict[str, Any]:
 
 
 def test_the_configs_need_no_torch():
-    """tiny_models.py runs on a test-bed host beside a copy of this module: stdlib only."""
+    """tiny_models.py runs on a test-bed host beside a copy of this module: stdlib only at import; the
+    tokenizer's training imports tokenizers and transformers when called, never torch."""
     tree = ast.parse(Path(tiny_configs.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}  # fmt: skip
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
-    assert imported <= {"__future__", "copy", "hashlib", "pathlib", "typing"}, imported
-    assert imported <= sys.stdlib_module_names | {"__future__"}, imported
+
+    def names(nodes: list[ast.stmt] | list[ast.AST]) -> set[str]:
+        found = {alias.name.split(".")[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+        return found | {node.module.split(".")[0] for node in nodes
+                        if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
+
+    at_import = names(tree.body)
+    assert at_import <= {"__future__", "copy", "hashlib", "pathlib", "typing"}, at_import
+    assert at_import <= sys.stdlib_module_names | {"__future__"}, at_import
+    assert names(list(ast.walk(tree))) - at_import == {"tokenizers", "transformers"}
 
 
 def test_the_target_has_the_real_deepseek_v3_mla_head_sizes():
