@@ -410,9 +410,9 @@ def gate(args: argparse.Namespace) -> int:
     `--repeat N` measures the same READY engine's sweep N times: the n-th speculative sweep is divided
     by the n-th baseline sweep, so each repeat has its own crossover line and the runs can be held
     to each other (a gate whose crossover moves between runs of one configuration measures noise)."""
+    out, values, config = prepare(args)  # (puts the checkout's src/ on the path)
     from specdeploy.gate import rules  # noqa: PLC0415
 
-    out, values, config = prepare(args)
     judge = benchmark_gate(values, config)
     local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
     off = config.speculation_off()
@@ -456,7 +456,11 @@ def gate(args: argparse.Namespace) -> int:
                 sweep = judge.sweep(local, tokens)
                 against = repeats[n - 2] if len(repeats) >= n - 1 else []
                 speedup = rules.speedups(sweep, against) if against else {}
-                line = rules.crossover(speedup) if against else "no baseline sweep of this repeat"
+                line = (
+                    rules.crossover(speedup, rules.failed_levels(sweep, against))
+                    if against
+                    else "no baseline sweep of this repeat"
+                )
                 report["repeats"].append({"sweep": sweep, "baseline_sweep": against,
                                           "speedup": {str(c): x for c, x in sorted(speedup.items())},
                                           "crossover": line})  # fmt: skip
@@ -472,6 +476,18 @@ def keep(doc: dict[str, Any], kept: Path, out: Path) -> None:
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_text(json.dumps(doc, indent=2))
     (out / "baseline.json").write_text(json.dumps(doc, indent=2))
+
+
+def pack(name: str) -> None:
+    """Everything under $OUT into $OUT/NAME.tgz, the rest removed: one file comes back whole."""
+    target = OUT.parent / f".{name}.tgz"
+    with tarfile.open(target, "w:gz") as tar:
+        for item in sorted(OUT.iterdir()):
+            tar.add(item, arcname=item.name)
+    for item in OUT.iterdir():
+        shutil.rmtree(item) if item.is_dir() else item.unlink()
+    target.rename(OUT / f"{name}.tgz")
+    log(f"packed {OUT / f'{name}.tgz'} ({(OUT / f'{name}.tgz').stat().st_size / 1024**2:.1f} MiB)")
 
 
 def watch(rest: list[str]) -> int:
@@ -491,6 +507,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     sub.add_parser("receive")
     sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
+    packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
+    packing.add_argument("name")
     ins = sub.add_parser("install")
     ins.add_argument("engine")
     ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
@@ -532,14 +550,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
-    if args.step == "receive":
-        receive()
-        return 0
-    if args.step == "stop":
-        stop_engines()
-        return 0
-    if args.step == "install":
-        install(args.engine, args.leave_out)
+    done = {"receive": receive, "stop": stop_engines, "pack": lambda: pack(args.name),
+            "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
+    if done:
+        done()
         return 0
     return serve(args)
 

@@ -630,20 +630,31 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
     return out
 
 
-def plan(engine: str, out: Path) -> list[str]:
+# The gate at full depth (docs/gpu-truth.md), one device call each, every one bounded under the
+# device's 10-minute limit (SIGINT: the harness stops its engine and keeps what it measured) and packed
+# into one file ($OUT returns 8 files at most, 2 folders down).
+GATE_CALLS = (("spec-off", "--baseline"), ("acc2.3", "--acceptance 2.3"), ("acc1.6", "--acceptance 1.6"))
+GATE_BOUND_S = 550
+
+
+def plan(engine: str, out: Path, release: str = "") -> list[str]:
     """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
-    it everything outside the checkout): one part per call, then install and serve."""
+    it everything outside the checkout): one part per call, the install with the last, then the
+    gate's calls on the full-depth model forms."""
     parts = sorted(p.name for p in out.glob("part-*"))
     rel = out.relative_to(ROOT)
+    step = "python3 gpu_truth/on_device.py"
     calls = []
     for n, part in enumerate(parts):
         carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json"] if n == 0 else [])]
-        command = "python3 gpu_truth/on_device.py receive"
-        if n == len(parts) - 1:
-            architecture = " --architecture deepseek_v3" if engine == "sglang" else ""
-            step = "python3 gpu_truth/on_device.py"
-            command += f" && {step} install {engine} && {step} serve {engine}{architecture}"
+        command = f"{step} receive" + (f" && {step} install {engine}" if n == len(parts) - 1 else "")
         calls.append(f"run carry={json.dumps(carry)} command={command!r}")
+    version = f" --engine-version {release}" if release else ""
+    for tag, how in GATE_CALLS:
+        command = (f"{step} stop; PYTHONUNBUFFERED=1 timeout -s INT {GATE_BOUND_S} {step} gate {engine} "
+                   f"--inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load{version} {how}; "
+                   f"rc=$?; {step} stop; {step} pack {tag}; exit $rc")  # fmt: skip
+        calls.append(f"run timeout_s=600 command={command!r}")
     return calls
 
 
@@ -659,7 +670,8 @@ def main() -> None:
     args = parser.parse_args()
     out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
     print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
-    print("\n".join(plan(args.engine, out)))
+    release = json.loads((out / "manifest.json").read_text())["release"]
+    print("\n".join(plan(args.engine, out, release)))
 
 
 if __name__ == "__main__":

@@ -174,7 +174,8 @@ def model_form(layers: int, experts: int, what: str) -> dict[str, Any]:
         "weights": "none: serve with --load-format dummy (random weights)",
         "cuts": cuts,
         "removed": list(REMOVED),
-        "tokenizer": "a small BPE trained here (tiny_configs.train_tokenizer); the special-token ids are its own",
+        "tokenizer": "a small BPE trained here (tiny_configs.train_tokenizer), padded to the model's vocabulary "
+        "with ids that decode to text; the special-token ids are its own",
     }
 
 
@@ -236,7 +237,9 @@ def drafter_config(target: dict[str, Any]) -> dict[str, Any]:
 
 def _train_tokenizer(out: Path) -> dict[str, int]:
     names = {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]"}
-    return tiny_configs.train_tokenizer(out, tiny_configs.KIMI_SPECIALS, tiny_configs.KIMI_CHAT_TEMPLATE, names)
+    return tiny_configs.train_tokenizer(
+        out, tiny_configs.KIMI_SPECIALS, tiny_configs.KIMI_CHAT_TEMPLATE, names, fill_to=TEXT["vocab_size"]
+    )
 
 
 def make(out: Path, layers: int = LAYERS, experts: int = EXPERTS) -> dict[str, Path]:

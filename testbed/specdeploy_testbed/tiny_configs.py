@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,17 @@ CORPUS = [
 ] * 64
 
 
-def train_tokenizer(out: Path, specials: list[str], chat_template: str, names: dict[str, str]) -> dict[str, int]:
+def train_tokenizer(
+    out: Path, specials: list[str], chat_template: str, names: dict[str, str], fill_to: int = 0
+) -> dict[str, int]:
     """Saves a byte-level BPE tokenizer trained on CORPUS; returns the special tokens' ids (after the
     merges the corpus yields). tokenizers/transformers are imported here, so this module stays
-    importable without them (and without torch: the real-shape forms train it too)."""
+    importable without them (and without torch: the real-shape forms train it too).
+
+    FILL_TO > 0: the vocabulary is padded to that many ids with tokens that each decode to text (" w<id>"),
+    never produced by encoding (no merge leads to them). A random-weight model of a real vocabulary
+    (Kimi-K2.5: 163,840) samples ids far past the trained ones; ids the tokenizer lacks decode to nothing,
+    and vLLM's benchmark client counts a request that streamed no text as failed (the H200, 2026-12-04)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
     from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
 
@@ -70,6 +78,11 @@ def train_tokenizer(out: Path, specials: list[str], chat_template: str, names: d
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer=trainer)
+    if fill_to:
+        doc = json.loads(tok.to_str())
+        vocab = doc["model"]["vocab"]
+        vocab |= {f"\u0120w{i}": i for i in range(len(vocab), fill_to - len(specials))}  # "Ġ": a space, byte-level
+        tok = Tokenizer.from_str(json.dumps(doc))
     tok.add_special_tokens(specials)  # at the end of the vocabulary
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **names)  # type: ignore[no-untyped-call]
     fast.chat_template = chat_template

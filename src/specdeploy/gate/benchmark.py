@@ -21,6 +21,7 @@ from specdeploy.gate.rules import (
     GateSettings,
     at_concurrency,
     crossover,
+    failed_levels,
     incomparable,
     output_tokens,
     refusals,
@@ -183,7 +184,7 @@ class BenchmarkGate:
         if not baseline.get("sweep"):  # e.g. the speculation-off engine never came up: said, not refused
             return {"baseline": baseline, "crossover": f"no speed-up measured: {baseline.get('note')}"}, []
         speedup = speedups(sweep, baseline["sweep"])
-        line, problems = crossover(speedup), []
+        line, problems = crossover(speedup, failed_levels(sweep, baseline["sweep"])), []
         expected = self.settings.expected_concurrency
         found = at_concurrency(speedup, expected) if expected else None
         if found and found[1] < 1.0:

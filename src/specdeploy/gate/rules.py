@@ -147,17 +147,31 @@ def sweep_rounds(level: int, round_s: float | None) -> int:
     return max(fewest, min(most, math.ceil(SWEEP_LEVEL_S / round_s)))
 
 
+def measured(point: dict[str, Any]) -> bool:
+    """A sweep level is a measurement only when every request it sent completed: a level where most
+    failed (on the H200, random-weight tokens that decode to no text: 4 of 4 at 1, 503 of 512 at 64)
+    divides the few that finished by the level's time, a speed nobody served."""
+    return bool(point.get("output_tokens_per_s")) and not point.get("failed") and not point.get("error")
+
+
+def failed_levels(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> list[int]:
+    """The concurrencies either sweep ran but did not measure (requests failed, or the client did)."""
+    return sorted({int(p["concurrency"]) for p in (*sweep, *baseline) if not measured(p)})
+
+
 def speedups(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[int, float]:
     """Speculation's speed-up at each concurrency both sweeps measured: output tokens/s over the baseline's."""
-    base = {int(p["concurrency"]): float(p["output_tokens_per_s"]) for p in baseline if p.get("output_tokens_per_s")}
+    base = {int(p["concurrency"]): float(p["output_tokens_per_s"]) for p in baseline if measured(p)}
     return {int(p["concurrency"]): round(float(p["output_tokens_per_s"]) / base[int(p["concurrency"])], 3)
-            for p in sweep if p.get("output_tokens_per_s") and base.get(int(p["concurrency"]))}  # fmt: skip
+            for p in sweep if measured(p) and base.get(int(p["concurrency"]))}  # fmt: skip
 
 
-def crossover(speedup: dict[int, float]) -> str:
-    """One line: up to which concurrency speculation pays on this host, with the figures."""
+def crossover(speedup: dict[int, float], failed: list[int] | tuple[int, ...] = ()) -> str:
+    """One line: up to which concurrency speculation pays on this host, with the figures; the levels
+    that were run but not measured (FAILED) are named, never counted."""
+    unmeasured = f"; not measured (requests failed) at {', '.join(map(str, failed))}" if failed else ""
     if not speedup:
-        return "EAGLE-3's speed-up: no concurrency was measured both with and without speculation"
+        return f"EAGLE-3's speed-up: no concurrency was measured both with and without speculation{unmeasured}"
     figures = ", ".join(f"x{s:.2f} at {c}" for c, s in sorted(speedup.items()))
     paying = [c for c, _ in sorted(speedup.items())]
     last = None
@@ -166,10 +180,10 @@ def crossover(speedup: dict[int, float]) -> str:
             break
         last = c
     if last is None:
-        return f"EAGLE-3 does not pay on this host at any measured concurrency ({figures})"
+        return f"EAGLE-3 does not pay on this host at any measured concurrency ({figures}){unmeasured}"
     if last == paying[-1]:
-        return f"EAGLE-3 pays at every measured concurrency on this host, up to {last} ({figures})"
-    return f"EAGLE-3 pays up to {last} concurrent requests on this host ({figures})"
+        return f"EAGLE-3 pays at every measured concurrency on this host, up to {last} ({figures}){unmeasured}"
+    return f"EAGLE-3 pays up to {last} concurrent requests on this host ({figures}){unmeasured}"
 
 
 def at_concurrency(speedup: dict[int, float], expected: int) -> tuple[int, float] | None:

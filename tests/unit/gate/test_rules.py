@@ -1,9 +1,22 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specdeploy.gate.figures import Figures
-from specdeploy.gate.rules import GateSettings, flag, incomparable, output_tokens, refusals, sweep_rounds
+from specdeploy.gate.rules import (
+    GateSettings,
+    crossover,
+    failed_levels,
+    flag,
+    incomparable,
+    output_tokens,
+    refusals,
+    speedups,
+    sweep_rounds,
+)
 
 
 def figures(length: float | None = 3.0, tok_s: float = 100.0, **changes: object) -> Figures:
@@ -93,7 +106,7 @@ def test_flags_however_templated():
 
 
 def test_the_crossover_says_up_to_where_speculation_pays_with_each_figure():
-    from specdeploy.gate.rules import at_concurrency, crossover, speedups  # noqa: PLC0415
+    from specdeploy.gate.rules import at_concurrency  # noqa: PLC0415
 
     # What users of 8x RTX PRO 6000 report for Kimi-K2.x (docs/engine-facts.md): 92.4 -> 122.0 at 1,
     # 2,245.8 -> 2,222.6 at 128.
@@ -129,3 +142,20 @@ def test_a_baseline_needs_a_sweep_and_an_expected_concurrency_a_baseline(values,
 )
 def test_a_sweep_level_runs_whole_rounds_for_about_eight_seconds(level: int, round_s: float | None, rounds: int):
     assert sweep_rounds(level, round_s) == rounds
+
+
+def test_a_level_whose_requests_failed_is_no_speed_up() -> None:
+    """The H200's first full-depth gate (vLLM 0.33.0, 2026-12-04): random-weight tokens decoded to no
+    text, so the client failed most requests; the old rule divided the few that finished and printed
+    'pays at every measured concurrency (x9.19 at 16, x4.88 at 64)'."""
+    runs = Path(__file__).resolve().parents[2] / "data" / "gpu_truth" / "vllm-0.33-full-depth"
+    bench = json.loads((runs / "acc2.3-bench.json").read_text())
+    baseline = json.loads((runs / "baseline.json").read_text())
+    assert bench["crossover"].startswith("EAGLE-3 pays at every measured concurrency")  # what it said then
+    assert speedups(bench["sweep"], baseline["sweep"]) == {}
+    assert failed_levels(bench["sweep"], baseline["sweep"]) == [1, 4, 16, 64]
+    assert crossover({}, [1, 4, 16, 64]) == ("EAGLE-3's speed-up: no concurrency was measured both with and without "
+                                             "speculation; not measured (requests failed) at 1, 4, 16, 64")  # fmt: skip
+    whole = [{"concurrency": 1, "output_tokens_per_s": 100.0, "failed": 0}]
+    assert speedups(whole, [{"concurrency": 1, "output_tokens_per_s": 80.0, "failed": 1}]) == {}
+    assert speedups(whole, [{"concurrency": 1, "output_tokens_per_s": 80.0, "failed": 0}]) == {1: 1.25}

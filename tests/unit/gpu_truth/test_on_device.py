@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tarfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,3 +158,15 @@ def test_the_test_only_settings_are_added_to_the_rendering_and_named() -> None:
 def test_a_dummy_load_never_fights_a_rendered_loader() -> None:
     with pytest.raises(SystemExit, match="--load-format already"):
         on_device.test_only(["x", "--load-format", "fastsafetensors"], "vllm", _args(dummy_load=True))
+
+
+def test_pack_leaves_one_file_holding_everything(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    (out / "speculative" / "diagnostics" / "x").mkdir(parents=True)
+    (out / "speculative" / "diagnostics" / "x" / "stacks.txt").write_text("deep")
+    (out / "bench.json").write_text("{}")
+    monkeypatch.setattr(on_device, "OUT", out)
+    on_device.pack("acc2.3")
+    assert [p.name for p in out.iterdir()] == ["acc2.3.tgz"]
+    with tarfile.open(out / "acc2.3.tgz") as tar:
+        assert {"bench.json", "speculative/diagnostics/x/stacks.txt"} <= set(tar.getnames())

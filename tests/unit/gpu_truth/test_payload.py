@@ -117,16 +117,21 @@ def test_the_served_runs_reached_ready_with_acceptance() -> None:
     assert sglang["verdict"].startswith("READY") and sglang["sglang_avg_spec_accept_length"] > 1
 
 
-def test_the_device_plan_carries_one_part_a_call_and_serves_after_the_last(tmp_path: Path, monkeypatch) -> None:
+def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_depth(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payload, "ROOT", tmp_path)
     out = tmp_path / ".gpu-payload" / "sglang"
     out.mkdir(parents=True)
     for n in range(3):
         (out / f"part-{n:02d}").write_bytes(b"x")
-    calls = payload.plan("sglang", out)
-    assert len(calls) == 3
+    calls = payload.plan("sglang", out, "0.5.23")
+    assert len(calls) == 3 + len(payload.GATE_CALLS)
     assert '"SHA256SUMS"' not in calls[1] and ".gpu-payload/sglang/SHA256SUMS" in calls[0]
-    assert "serve sglang --architecture deepseek_v3" in calls[-1] and "serve" not in calls[0]
+    assert "install sglang" in calls[2] and "install" not in calls[1]
+    baseline, *speculative = calls[3:]
+    assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in baseline
+    assert "--engine-version 0.5.23 --baseline" in baseline and "pack spec-off" in baseline
+    assert all("timeout -s INT 550" in call and call.index("stop") < call.index("gate") for call in calls[3:])
+    assert ["--acceptance 2.3" in speculative[0], "--acceptance 1.6" in speculative[1]] == [True, True]
 
 
 # ---------------------------------------------------------------- the release and torch (a fake index)

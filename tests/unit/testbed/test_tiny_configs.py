@@ -54,7 +54,7 @@ def test_the_configs_need_no_torch():
                         if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
 
     at_import = names(tree.body)
-    assert at_import <= {"__future__", "copy", "hashlib", "pathlib", "typing"}, at_import
+    assert at_import <= {"__future__", "copy", "hashlib", "json", "pathlib", "typing"}, at_import
     assert at_import <= sys.stdlib_module_names | {"__future__"}, at_import
     assert names(list(ast.walk(tree))) - at_import == {"tokenizers", "transformers"}
 
