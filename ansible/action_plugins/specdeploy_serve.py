@@ -31,14 +31,15 @@ from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import SENTINEL_PORT, worker_url
 from specdeploy.gate import client
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, GateResult, hardware
-from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import GateSettings, flag
+from specdeploy.record_types import Figures, PrewarmReport
 from specdeploy.records import STATE_DIR, HostRecords, Serving, host_runs, write_bench, write_prewarm
 from specdeploy.serve import rollout as rollouts
 from specdeploy.serve.config import CONTAINER, ServingConfig
-from specdeploy.serve.group import GroupRollout, Member, ranks_of
-from specdeploy.serve.group import problems as group_problems
-from specdeploy.serve.prewarm import Prewarmer, PrewarmReport, prewarmer
+from specdeploy.serve.group import GroupRollout, Member
+from specdeploy.serve.prewarm import Prewarmer, prewarmer
+from specdeploy.serve.ranks import problems as group_problems
+from specdeploy.serve.ranks import ranks_of
 from specdeploy.serve.rollout import Gate, Rollout
 from specdeploy.targets import CONNECTION_VARS
 from specdeploy.transport import RECONNECT_GRACE_S, is_transport_error, lost_contact

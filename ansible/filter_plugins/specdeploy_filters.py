@@ -22,7 +22,7 @@ from specdeploy.gpu.facts import (
 )
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
-from specdeploy.serve import group as serve_group
+from specdeploy.serve import ranks as serve_ranks
 from specdeploy.serve import schema as serving_schema
 from specdeploy.serve import variables as serving_variables
 from specdeploy.serve.config import ServingConfig
@@ -160,8 +160,8 @@ def worker_url(address: str, port: int | str) -> str:
 
 def serving_group(hosts: list[str], hostvars: Any, config: dict[str, Any]) -> list[str]:
     """The hosts of CONFIG's multi-node engine in rank order (empty on one host): what the sentinel
-    names a rank by (specdeploy.serve.group.ranks_of, as the rollout finds them)."""
-    ranks = serve_group.ranks_of({h: hostvars[h].get("serving_config") for h in hosts}, config)
+    names a rank by (specdeploy.serve.ranks.ranks_of, as the rollout finds them)."""
+    ranks = serve_ranks.ranks_of({h: hostvars[h].get("serving_config") for h in hosts}, config)
     return sorted(ranks, key=ranks.__getitem__)
 
 

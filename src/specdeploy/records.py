@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from specdeploy import names
 from specdeploy.errors import SpecdeployError
-from specdeploy.gate.figures import Figures
 from specdeploy.paths import state_dir
-from specdeploy.serve.prewarm import PrewarmReport
+from specdeploy.record_types import Bench, Figures, Gate, PrewarmReport
 
 if TYPE_CHECKING:  # (the GPU machine's gate step reads records without Docker's client)
     from specdeploy.connection import CommandHost
@@ -212,35 +211,6 @@ def read_prewarm(run: Path) -> PrewarmReport | None:
 
 
 # bench.json ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gate:
-    enabled: bool
-    passed: bool
-    problems: tuple[str, ...]
-    seconds: float | None
-    note: str = ""  # what the figures were compared with, or why nothing was measured
-
-
-@dataclass(frozen=True)
-class Bench:
-    """bench.json with figures: the benchmark run after READY and the gate's judgement of it."""
-
-    time: str
-    image: str
-    image_id: str
-    config_digest: str
-    hardware: str
-    figures: Figures
-    previous: Figures | None
-    gate: Gate
-    # What `previous` is: "outgoing" (the version replaced, measured just before it stopped), "record"
-    # (the last promoted version's figures), "none"; "" in files from before the A/B.
-    comparison: str = ""
-    # Speculation's speed-up over the speculation-off baseline, by concurrency, and the verdict's line.
-    speedup: dict[int, float] = field(default_factory=dict)
-    crossover: str = ""
 
 
 def write_baseline(folder: Path, measured: Mapping[str, Any]) -> Path:

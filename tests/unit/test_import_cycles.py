@@ -97,3 +97,65 @@ def test_the_check_sees_a_circle_through_relative_and_absolute_imports(tmp_path:
     assert cycle(import_graph("pkg", pkg)) is None  # nor does one inside a function, at import time
     (pkg / "sub" / "c.py").write_text("from ..a import VALUE\n")
     assert cycle(import_graph("pkg", pkg)) == ["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]
+
+
+def unit(name: str, package: str) -> str:
+    """A module's unit: its subpackage of the package (`specdeploy.serve`), or itself at the package's root."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else package
+
+
+def every_import(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every known module `name` imports anywhere (a function's import too: it is a loop all the same,
+    only later), except a type checker's."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                   and node.test.id == "TYPE_CHECKING" for n in ast.walk(node)}  # fmt: skip
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            source = ".".join(part for part in (base, node.module or "") if part)
+            found |= {f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names}
+    return found & known - {name}
+
+
+def package_graph(package: str, folder: Path) -> dict[str, set[str]]:
+    """Unit → the units it imports (a subpackage or a root module of the package)."""
+    found = modules(package, folder)
+    graph: dict[str, set[str]] = {}
+    for name, path in found.items():
+        graph.setdefault(unit(name, package), set()).update(
+            unit(other, package) for other in every_import(name, path, set(found))
+        )
+    return {u: targets - {u, package} for u, targets in graph.items()}
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_package_imports_one_that_imports_it_back(package: str) -> None:
+    """Between packages too (records -> serve.prewarm while serve.rollout -> records is no loop of files,
+    but it is one of rooms): record types sit below everything that writes or reads them."""
+    graph = package_graph(package, PACKAGES[package])
+    assert len(graph) > 3
+    circle = cycle(graph)
+    assert circle is None, "import loop between packages: " + " -> ".join(circle or [])
+
+
+def test_the_package_check_sees_a_loop_through_a_function_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("low", "high"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "high" / "a.py").write_text("from pkg.low import b\n")
+    (pkg / "low" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.high import a\n"
+    )
+    assert cycle(package_graph("pkg", pkg)) is None
+    (pkg / "low" / "c.py").write_text("def later():\n    from pkg.high import a\n")
+    assert cycle(package_graph("pkg", pkg)) == ["pkg.high", "pkg.low", "pkg.high"]

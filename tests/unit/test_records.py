@@ -20,9 +20,8 @@ import pytest
 from specdeploy import records
 from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
-from specdeploy.gate.figures import Figures
-from specdeploy.records import Bench, Gate, HostRecords, RolloutRecord, Serving
-from specdeploy.serve.prewarm import PrewarmReport
+from specdeploy.record_types import Bench, Figures, Gate, PrewarmReport
+from specdeploy.records import HostRecords, RolloutRecord, Serving
 from specdeploy.serve.rollout import Outcome
 from specdeploy.watch.watchdog import Verdict
 from tests.unit.gate.test_benchmark import READY, REAL, FakeEngineContainer, gate

@@ -11,10 +11,9 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from specdeploy.gate import client
-from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import (
     CALIBRATION_TOKENS,
     FEWEST_TOKENS,
@@ -28,8 +27,8 @@ from specdeploy.gate.rules import (
     speedups,
     sweep_rounds,
 )
+from specdeploy.record_types import Figures
 from specdeploy.records import BENCH_SCHEMA, utc_now
-from specdeploy.serve.config import MODEL_MOUNT, ServingConfig
 
 # Read on the host: the accelerators a figure belongs to (the CPU where there is none: the test bed).
 HARDWARE_PROBE = ("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c "
@@ -72,6 +71,26 @@ class GateResult:
     report: dict[str, Any] = field(default_factory=dict)  # bench.json
 
 
+class GateTarget(Protocol):
+    """What the gate needs of the engine it measures (serve.config.ServingConfig is one): the gate
+    stands below serve/, so it names no serving type."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def speculative_method(self) -> str: ...
+    @property
+    def served_model_name(self) -> str: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def trust_remote_code(self) -> bool: ...
+    @property
+    def model_mount(self) -> str: ...
+    @property
+    def url_inside(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class BenchmarkGate:
     settings: GateSettings
@@ -85,9 +104,9 @@ class BenchmarkGate:
     trust_remote_code: bool = False
 
     @classmethod
-    def for_engine(cls, settings: GateSettings, cfg: ServingConfig, hardware_line: str) -> BenchmarkGate:
+    def for_engine(cls, settings: GateSettings, cfg: GateTarget, hardware_line: str) -> BenchmarkGate:
         """The gate of CFG's engine: its own client inside its container, on the engine's loopback URL."""
-        return cls(settings, cfg.engine, cfg.speculative_method == "eagle3", MODEL_MOUNT, cfg.served_model_name,
+        return cls(settings, cfg.engine, cfg.speculative_method == "eagle3", cfg.model_mount, cfg.served_model_name,
                    cfg.url_inside, cfg.api_key or "", hardware_line, cfg.trust_remote_code)  # fmt: skip
 
     def _client(self, prompts: int, concurrency: int, tokens: int) -> client.BenchRun:

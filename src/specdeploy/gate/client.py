@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
-from specdeploy.gate.figures import BadResult, Figures
+from specdeploy.gate.figures import BadResult, from_client
 from specdeploy.gate.rules import CLIENT_START_S
+from specdeploy.record_types import Figures
 
 WORKDIR = "/tmp/specdeploy-bench"
 DATASET, RESULT = "prompts.sharegpt.json", "result.json"
@@ -126,7 +127,7 @@ def run(container: ExecContainer, bench: BenchRun, texts: list[str], api_key: st
         raise BenchFailed(f"{bench.name()} failed ({why}, limit {bench.timeout_s:.0f} s): " + " | ".join(tail))
     result = container.exec_run(["cat", f"{WORKDIR}/{RESULT}"])
     try:
-        return Figures.from_client(bench.engine, bytes(result.output or b"").decode(errors="replace"),
+        return from_client(bench.engine, bytes(result.output or b"").decode(errors="replace"),
                                    num_prompts=bench.num_prompts, concurrency=bench.concurrency,
                                    max_tokens=bench.max_tokens)  # fmt: skip
     except (ValueError, BadResult) as exc:

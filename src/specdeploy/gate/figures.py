@@ -10,8 +10,9 @@ acceptance length; no rate, no positions). Keys checked in SGLang 0.5.23 (`bench
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from specdeploy.record_types import Figures
 
 
 class BadResult(ValueError):
@@ -25,83 +26,49 @@ def _number(doc: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-@dataclass(frozen=True)
-class Figures:
-    completed: int
-    failed: int
-    duration_s: float
-    concurrency: int
-    max_tokens: int
-    output_tokens_per_s: float
-    ttft_ms: dict[str, float]  # {"p50": …, "p99": …}
-    itl_ms: dict[str, float]
-    acceptance_rate: float | None = None  # accepted / drafted tokens, a fraction
-    acceptance_length: float | None = None  # 1 + accepted tokens per draft
-    per_position_acceptance: list[float] = field(default_factory=list)
-    # The host's 1-minute load average per CPU around the run (None: not read): two throughputs
-    # measured under different loads do not compare (gate.rules.incomparable).
-    host_load: float | None = None
+def from_vllm_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+    completed = int(_number(doc, "completed"))
+    rate = doc.get("spec_decode_acceptance_rate")
+    length = doc.get("spec_decode_acceptance_length")
+    positions = doc.get("spec_decode_per_position_acceptance_rates") or []
+    return Figures(
+        completed=completed,
+        failed=int(doc["failed"]) if isinstance(doc.get("failed"), int) else max(0, num_prompts - completed),
+        duration_s=round(_number(doc, "duration"), 3),
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
+        ttft_ms={p: round(_number(doc, f"{p}_ttft_ms"), 3) for p in ("p50", "p99")},
+        itl_ms={p: round(_number(doc, f"{p}_itl_ms"), 3) for p in ("p50", "p99")},
+        acceptance_rate=round(float(rate) / 100, 4) if isinstance(rate, int | float) else None,
+        acceptance_length=round(float(length), 4) if isinstance(length, int | float) else None,
+        per_position_acceptance=[round(float(x), 4) for x in positions if isinstance(x, int | float)],
+    )
 
-    @classmethod
-    def from_vllm_bench(cls, doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
-        completed = int(_number(doc, "completed"))
-        rate = doc.get("spec_decode_acceptance_rate")
-        length = doc.get("spec_decode_acceptance_length")
-        positions = doc.get("spec_decode_per_position_acceptance_rates") or []
-        return cls(
-            completed=completed,
-            failed=int(doc["failed"]) if isinstance(doc.get("failed"), int) else max(0, num_prompts - completed),
-            duration_s=round(_number(doc, "duration"), 3),
-            concurrency=concurrency,
-            max_tokens=max_tokens,
-            output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
-            ttft_ms={p: round(_number(doc, f"{p}_ttft_ms"), 3) for p in ("p50", "p99")},
-            itl_ms={p: round(_number(doc, f"{p}_itl_ms"), 3) for p in ("p50", "p99")},
-            acceptance_rate=round(float(rate) / 100, 4) if isinstance(rate, int | float) else None,
-            acceptance_length=round(float(length), 4) if isinstance(length, int | float) else None,
-            per_position_acceptance=[round(float(x), 4) for x in positions if isinstance(x, int | float)],
-        )
 
-    @classmethod
-    def from_sglang_bench(cls, doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
-        completed = int(_number(doc, "completed"))
-        length = doc.get("accept_length")  # None when speculation is off (or SGLang had no figure yet)
-        return cls(
-            completed=completed,
-            failed=max(0, num_prompts - completed),
-            duration_s=round(_number(doc, "duration"), 3),
-            concurrency=concurrency,
-            max_tokens=max_tokens,
-            output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
-            ttft_ms={"p50": round(_number(doc, "median_ttft_ms"), 3), "p99": round(_number(doc, "p99_ttft_ms"), 3)},
-            itl_ms={"p50": round(_number(doc, "median_itl_ms"), 3), "p99": round(_number(doc, "p99_itl_ms"), 3)},
-            acceptance_length=round(float(length), 4) if isinstance(length, int | float) and length > 0 else None,
-        )
+def from_sglang_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+    completed = int(_number(doc, "completed"))
+    length = doc.get("accept_length")  # None when speculation is off (or SGLang had no figure yet)
+    return Figures(
+        completed=completed,
+        failed=max(0, num_prompts - completed),
+        duration_s=round(_number(doc, "duration"), 3),
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        output_tokens_per_s=round(_number(doc, "output_throughput"), 3),
+        ttft_ms={"p50": round(_number(doc, "median_ttft_ms"), 3), "p99": round(_number(doc, "p99_ttft_ms"), 3)},
+        itl_ms={"p50": round(_number(doc, "median_itl_ms"), 3), "p99": round(_number(doc, "p99_itl_ms"), 3)},
+        acceptance_length=round(float(length), 4) if isinstance(length, int | float) and length > 0 else None,
+    )
 
-    @classmethod
-    def from_client(cls, engine: str, text: str, *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
-        """The ENGINE's client's result file: vLLM's one JSON document, SGLang's last JSON line."""
-        lines = [line for line in text.splitlines() if line.strip()]
-        if not lines:
-            raise BadResult("the result file is empty")
-        read = cls.from_sglang_bench if engine == "sglang" else cls.from_vllm_bench
-        doc = json.loads(lines[-1] if engine == "sglang" else text)
-        if not isinstance(doc, dict):
-            raise BadResult("the result is not a JSON object")
-        return read(doc, num_prompts=num_prompts, concurrency=concurrency, max_tokens=max_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Figures:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-    def summary(self) -> str:
-        rate = f"acceptance {self.acceptance_rate:.0%}, " if self.acceptance_rate is not None else ""
-        acceptance = f", {rate}mean length {self.acceptance_length:.2f}" if self.acceptance_length is not None else ""
-        load = f", host load {self.host_load:.2f}/CPU" if self.host_load is not None else ""
-        return (f"{self.output_tokens_per_s:.1f} output tok/s, TTFT p50 {self.ttft_ms['p50']:.0f} ms, "
-                f"ITL p50 {self.itl_ms['p50']:.1f} ms{acceptance} ({self.completed} requests, "
-                f"{self.concurrency} at once, {self.max_tokens} tokens each, "
-                f"{self.duration_s:.1f} s{load})")  # fmt: skip
+def from_client(engine: str, text: str, *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
+    """The ENGINE's client's result file: vLLM's one JSON document, SGLang's last JSON line."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise BadResult("the result file is empty")
+    read = from_sglang_bench if engine == "sglang" else from_vllm_bench
+    doc = json.loads(lines[-1] if engine == "sglang" else text)
+    if not isinstance(doc, dict):
+        raise BadResult("the result is not a JSON object")
+    return read(doc, num_prompts=num_prompts, concurrency=concurrency, max_tokens=max_tokens)

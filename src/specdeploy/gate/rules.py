@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.gate.figures import Figures
+from specdeploy.record_types import Figures
 
 CLIENT_START_S = 20.0  # `vllm bench serve` imports vLLM and loads the tokenizer (measured ~10 s on the test bed)
 # The fewest tokens per request a budget sizes: what is left when the client's start-up took the budget

@@ -12,13 +12,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeploy.record_types import Bench, Gate
 from specdeploy.records import (
     BENCH_FILE,
     CONTAINER_FILE,
     PERCENTILES,
     VERDICT_FILE,
-    Bench,
-    Gate,
     Stage,
     container_image,
     host_folders,

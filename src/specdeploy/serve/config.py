@@ -260,6 +260,11 @@ class ServingConfig:
         return {"ports": {f"{self.port}/tcp": (self.bind_address, self.port)}}
 
     @property
+    def model_mount(self) -> str:
+        """Where the model is inside the engine's container (its client reads the tokenizer there)."""
+        return MODEL_MOUNT
+
+    @property
     def url_inside(self) -> str:
         """The engine's API as a client inside its own container reaches it (the benchmark gate's)."""
         address = self._listen_address

@@ -15,8 +15,10 @@ import os
 import re
 import subprocess
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from specdeploy.record_types import PrewarmReport
 
 if TYPE_CHECKING:  # (the GPU machine's gate step reads records without Docker's client)
     from specdeploy.connection import CommandHost
@@ -71,23 +73,6 @@ class PrewarmPlan:
     @property
     def files_touched(self) -> int:
         return len({c.path for c in self.chunks})
-
-
-@dataclass(frozen=True)
-class PrewarmReport:
-    warmed: bool
-    message: str
-    model_bytes: int = 0
-    planned_bytes: int = 0
-    budget_bytes: int = 0
-    readers: int = 0
-    seconds: float = 0.0
-    gb_per_s: float = 0.0
-    resident_fraction: float | None = None
-    partial: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _natural_key(path: str) -> list[Any]:

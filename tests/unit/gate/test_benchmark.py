@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeploy.gate import client
+from specdeploy.gate import figures as client_figures
 from specdeploy.gate.benchmark import BenchmarkGate, hardware
-from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import GateSettings
 
 DATA = Path(__file__).parents[2] / "data" / "bench"
@@ -64,7 +64,7 @@ READY = {"status": "READY", "completion": {"tokens": 8, "seconds": 0.4}, "diagno
 
 
 def test_the_real_result_file_reads_as_figures():
-    figures = Figures.from_vllm_bench(REAL, num_prompts=36, concurrency=4, max_tokens=64)
+    figures = client_figures.from_vllm_bench(REAL, num_prompts=36, concurrency=4, max_tokens=64)
     assert figures.completed == REAL["completed"] and figures.output_tokens_per_s > 0
     assert figures.ttft_ms["p99"] >= figures.ttft_ms["p50"] > 0 and figures.itl_ms["p50"] > 0
     assert 0 < figures.acceptance_rate <= 1 and figures.acceptance_length > 1  # the always-accept pair
@@ -231,7 +231,7 @@ def test_sglang_is_measured_by_its_own_client_and_its_acceptance_read():
 def test_sglang_figures_come_from_the_clients_last_line_and_refuse_without_acceptance():
     line = json.loads(SGLANG_LINE)
     text = json.dumps({**line, "output_throughput": 1.0}) + "\n" + SGLANG_LINE  # appended runs: the last counts
-    figures = Figures.from_client("sglang", text, num_prompts=36, concurrency=4, max_tokens=256)
+    figures = client_figures.from_client("sglang", text, num_prompts=36, concurrency=4, max_tokens=256)
     assert figures.output_tokens_per_s == round(line["output_throughput"], 3) == 2938.799 and figures.failed == 0
     assert figures.ttft_ms["p50"] == round(line["median_ttft_ms"], 3) and figures.itl_ms["p99"] > 0
     without = FakeEngineContainer({**line, "completed": 36, "accept_length": None})

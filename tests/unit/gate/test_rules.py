@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.gate.figures import Figures
 from specdeploy.gate.rules import (
     GateSettings,
     crossover,
@@ -17,6 +16,7 @@ from specdeploy.gate.rules import (
     speedups,
     sweep_rounds,
 )
+from specdeploy.record_types import Figures
 
 
 def figures(length: float | None = 3.0, tok_s: float = 100.0, **changes: object) -> Figures:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.gate.figures import Figures
+from specdeploy.record_types import Figures
 from specdeploy.report import pages, reading
 from tests.unit.report.helpers import HOST, REFUSAL, RUN_IDS, bench, parse_page, verdict, write_run
 

@@ -8,7 +8,8 @@ import pytest
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.serve.config import CONTAINER, ServingConfig
-from specdeploy.serve.group import GroupRollout, Member, problems, ranks_of
+from specdeploy.serve.group import GroupRollout, Member
+from specdeploy.serve.ranks import problems, ranks_of
 from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
 from specdeploy.watch.watchdog import Verdict
 
