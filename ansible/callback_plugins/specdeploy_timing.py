@@ -49,10 +49,13 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         self._close()
-        role = task._role.get_name() if getattr(task, "_role", None) else ""  # (Ansible's own field)
+        # Task.get_name(), Ansible's public name of a task: "ROLE : TASK" inside a role.
+        role, _, _ = str(task.get_name()).rpartition(" : ")
         self.current = (role or f"play: {self.play.split('|')[0].strip()}", time.monotonic())
 
-    v2_playbook_on_handler_task_start = v2_playbook_on_task_start
+    def v2_playbook_on_handler_task_start(self, task: Any) -> None:
+        """A handler's seconds are its role's (ansible-core calls this hook with the task alone)."""
+        self.v2_playbook_on_task_start(task, False)
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
         self._close()

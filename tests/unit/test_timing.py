@@ -86,3 +86,28 @@ def test_the_callback_adds_each_tasks_seconds_to_its_play_when_it_has_no_role(tm
     doc = json.loads((tmp_path / "t.json").read_text())
     assert list(doc["roles"]) == ["play: Timing probe"] and 1.0 <= doc["roles"]["play: Timing probe"] < 10
     assert doc["total_s"] >= doc["roles"]["play: Timing probe"]
+
+
+def test_a_role_and_its_handler_are_the_roles_seconds_with_no_callback_warning(tmp_path: Path) -> None:
+    """ansible-core 2.19 calls v2_playbook_on_handler_task_start(task) with one argument: a hook that wants
+    two fails there (a callback warning) and its handler's seconds went to the role before it."""
+    root = Path(__file__).resolve().parents[2]
+    role = tmp_path / "roles" / "probe"
+    (role / "tasks").mkdir(parents=True)
+    (role / "handlers").mkdir()
+    (role / "tasks" / "main.yml").write_text("- name: Touch\n  ansible.builtin.command: 'true'\n"
+                                             "  changed_when: true\n  notify: Wait\n")  # fmt: skip
+    (role / "handlers" / "main.yml").write_text("- name: Wait\n  ansible.builtin.command: sleep 1\n"
+                                                "  changed_when: false\n")  # fmt: skip
+    play = tmp_path / "play.yml"
+    play.write_text("- name: Timing probe | a role\n  hosts: localhost\n  gather_facts: false\n  roles:\n"
+                    "    - probe\n")  # fmt: skip
+    env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg"), timing.TIMING_ENV: str(tmp_path / "t.json"),
+           "ANSIBLE_ROLES_PATH": str(tmp_path / "roles")}  # fmt: skip
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(play)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "v2_playbook_on_handler_task_start" not in done.stdout + done.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert list(doc["roles"]) == ["probe"] and 1.0 <= doc["roles"]["probe"] < 10

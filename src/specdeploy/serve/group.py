@@ -24,19 +24,8 @@ from docker.errors import APIError
 from specdeploy.errors import SpecdeployError
 from specdeploy.records import run_folder
 from specdeploy.serve.config import CONTAINER, DP_RANKS_LABEL, ServingConfig
-from specdeploy.serve.rollout import (
-    FAILED,
-    OLDER,
-    PREVIOUS,
-    Outcome,
-    Rollout,
-    _matches,
-    _ref,
-    _save_diagnostics,
-    is_converged,
-    is_proven,
-    proven_quiet_s,
-)
+from specdeploy.serve.engine_host import FAILED, OLDER, PREVIOUS, engine_ref, matches, save_diagnostics
+from specdeploy.serve.rollout import Outcome, Rollout, is_converged, is_proven, proven_quiet_s
 from specdeploy.watch.watchdog import Verdict
 
 # (the stall timeout's floor in s, the data-parallel replicas to prove) -> the group's verdict on CONTAINER
@@ -73,24 +62,24 @@ class GroupRollout:
 
     def _step(self, phase: str) -> None:
         for m in self.members:
-            m.rollout._step(phase)
+            m.rollout.host.step(phase)
 
     def _restarted_since_proof(self, member: Member) -> bool:
         ref = member.rollout.record.last_ready
-        current = member.rollout._get(CONTAINER)
+        current = member.rollout.host.get(CONTAINER)
         return bool(ref and ref.started_at and current and current.attrs["State"]["StartedAt"] != ref.started_at)
 
     def serves_replicas(self) -> bool:
         """Whether the version rank 0 runs now is data-parallel replicas (the sentinel probes each)."""
-        head = self.members[0].rollout._get(CONTAINER)
+        head = self.members[0].rollout.host.get(CONTAINER)
         return head is not None and int(head.labels.get(DP_RANKS_LABEL) or 1) > 1
 
     # ------------------------------------------------------------------ deploy
 
     def deploy(self, warm: Callable[[Member], str]) -> Outcome:
         image_id = self.members[0].image_id
-        current = {m.rank: m.rollout._get(CONTAINER) for m in self.members}
-        matching = [(c := current[m.rank]) is not None and _matches(c, m.cfg, m.image_id) for m in self.members]
+        current = {m.rank: m.rollout.host.get(CONTAINER) for m in self.members}
+        matching = [(c := current[m.rank]) is not None and matches(c, m.cfg, m.image_id) for m in self.members]
         proven = [is_converged(current[m.rank], m.cfg, m.image_id) and is_proven(current[m.rank], m.rollout.record)
                   and not self._restarted_since_proof(m) for m in self.members]  # fmt: skip
         last_ready = self.members[0].rollout.record.last_ready
@@ -111,7 +100,7 @@ class GroupRollout:
             return outcome
         for m in self.members:
             c = current[m.rank]
-            m.rollout.record.old, m.rollout.record.new = (_ref(c) if c is not None else None), None
+            m.rollout.record.old, m.rollout.record.new = (engine_ref(c) if c is not None else None), None
         self._step("warming")
         reports = [f"{m.host}: {warm(m)}" for m in self.members]
         self._step("stopping-old")
@@ -120,33 +109,33 @@ class GroupRollout:
         for m in self.members:  # rank 0 first: it holds the API
             c = current[m.rank]
             if c is not None:
-                m.rollout._stop(str(c.id), m.cfg.stop_timeout_s)
-                m.rollout._retire(str(c.id))
-            m.rollout._remove(CONTAINER)
+                m.rollout.host.stop(str(c.id), m.cfg.stop_timeout_s)
+                m.rollout.host.retire(str(c.id))
+            m.rollout.host.remove(CONTAINER)
         self._step("starting-new")
         for m in self.members:
-            m.rollout._create(m.cfg, m.image_id)
+            m.rollout.host.create(m.cfg, m.image_id)
         return self._prove(image_id, previous, "; ".join(reports))
 
     def _stop_quietly(self, member: Member, container_id: str) -> None:
-        member.rollout._stop(container_id, 10)
+        member.rollout.host.stop(container_id, 10)
 
     def _prove(self, image_id: str, previous: str | None, warm_report: str) -> Outcome:
         ids = {}
         for m in self.members:
-            new = m.rollout._get(CONTAINER)
+            new = m.rollout.host.get(CONTAINER)
             if new is None:
                 raise SpecdeployError(f"the engine container vanished from {m.name} during the rollout")
             ids[m.rank] = str(new.id)
-            m.rollout.record.new = _ref(new)
+            m.rollout.record.new = engine_ref(new)
         self._step("watching")
         verdict = self._bring_up(ids, 0.0)
         if verdict.status == "READY":
             self._promote(ids)
             for m in self.members:
-                m.rollout._remove(OLDER)
+                m.rollout.host.remove(OLDER)
             started = str(
-                self.members[0].rollout._retry(
+                self.members[0].rollout.host.retry(
                     lambda: self.members[0].rollout.client.containers.get(ids[0]).attrs["State"]["StartedAt"]
                 )
             )
@@ -156,8 +145,8 @@ class GroupRollout:
         for m in self.members:
             container_id = ids[m.rank]
             self._save(m, verdict, container_id)
-            m.rollout._stop(container_id, 10)
-            m.rollout._rename(container_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
+            m.rollout.host.stop(container_id, 10)
+            m.rollout.host.rename(container_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
         outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
                           warm=warm_report, verdict=asdict(verdict))  # fmt: skip
         self._restore(outcome)
@@ -167,12 +156,12 @@ class GroupRollout:
     def _save(member: Member, verdict: Verdict, container_id: str) -> None:
         """The rank's container as it failed, beside the group's verdict."""
         rollout = member.rollout
-        rollout._retry(lambda: _save_diagnostics(verdict, rollout.client.containers.get(container_id)))
+        rollout.host.retry(lambda: save_diagnostics(verdict, rollout.client.containers.get(container_id)))
 
     def _bring_up(self, ids: dict[int, str], stall_floor_s: float) -> Verdict:
         """The headless ranks first (they wait for rank 0), then rank 0; then one watch over all."""
         for m in [*self.members[1:], self.members[0]]:
-            container = m.rollout._get(ids[m.rank])
+            container = m.rollout.host.get(ids[m.rank])
             if container is None:
                 raise SpecdeployError(f"the engine container {ids[m.rank][:12]} vanished from {m.name}")
             container.reload()
@@ -188,33 +177,33 @@ class GroupRollout:
                                diagnostics=str(run_folder(m.rollout.diagnostics)),
                                headline=f"{m.name}: docker could not start {container.name}: "
                                         f"{exc.explanation or exc}")  # fmt: skip
-        head = self.members[0].rollout._get(ids[0])
+        head = self.members[0].rollout.host.get(ids[0])
         replicas = int((head.labels if head is not None else {}).get(DP_RANKS_LABEL) or 1)
         return self.watch(stall_floor_s, replicas)
 
     def _promote(self, ids: dict[int, str]) -> None:
         for m in self.members:
-            m.rollout._promote(ids[m.rank])
+            m.rollout.host.promote(ids[m.rank])
             ref = m.rollout.record.last_ready
-            container = m.rollout._get(ids[m.rank])
+            container = m.rollout.host.get(ids[m.rank])
             if ref is not None and container is not None:  # a rank that restarts alone is no longer proven
                 m.rollout.record.last_ready = replace(ref, started_at=str(container.attrs["State"]["StartedAt"]))
-                m.rollout._step("done")
+                m.rollout.host.step("done")
 
     def _restore(self, outcome: Outcome) -> None:
         """Every rank back to its last READY version, together; else every rank stopped."""
         kept = {m.rank: m.rollout.record.last_ready for m in self.members}
         ids = {rank: ref.container_id for rank, ref in kept.items() if ref is not None}
-        lacking = [m.name for m in self.members if m.rank not in ids or m.rollout._get(ids[m.rank]) is None]
+        lacking = [m.name for m in self.members if m.rank not in ids or m.rollout.host.get(ids[m.rank]) is None]
         if lacking:
             outcome.notes.append(f"no version proven READY to roll back to on {', '.join(lacking)}: nothing serves")
             self._step("done")
             return
         for m in self.members:
-            m.rollout._rename(ids[m.rank], CONTAINER)
-            older = m.rollout._get(OLDER)
+            m.rollout.host.rename(ids[m.rank], CONTAINER)
+            older = m.rollout.host.get(OLDER)
             if older is not None:
-                m.rollout._rename(str(older.id), PREVIOUS)
+                m.rollout.host.rename(str(older.id), PREVIOUS)
         floor = max(proven_quiet_s(kept[m.rank]) for m in self.members)
         back = self._bring_up(ids, floor)
         outcome.rollback_verdict = asdict(back)

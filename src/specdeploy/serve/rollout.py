@@ -10,14 +10,13 @@ record; converged means proven.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from docker.client import DockerClient
-from docker.errors import APIError, NotFound
+from docker.errors import APIError
 from docker.models.containers import Container
 
 from specdeploy.errors import SpecdeployError
@@ -27,21 +26,25 @@ from specdeploy.records import (
     RecordStore,
     RolloutRecord,
     run_folder,
-    utc_now,
     write_baseline,
-    write_container,
 )
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
-from specdeploy.transport import RECONNECT_GRACE_S, with_retries
+from specdeploy.serve.engine_host import (
+    FAILED,
+    OLDER,
+    PREVIOUS,
+    RUNNING_POLICY,
+    EngineHost,
+    engine_ref,
+    get_container,
+    matches,
+    save_diagnostics,
+)
+from specdeploy.transport import RECONNECT_GRACE_S
 from specdeploy.watch.watchdog import Verdict
 
-PREVIOUS = f"{CONTAINER}-previous"
-FAILED = f"{CONTAINER}-failed"
-# The version before -previous, kept while a rollout is unproven: a failure puts it back as -previous.
-OLDER = f"{CONTAINER}-older"
 # The new image with speculation off, run once for the benchmark's baseline, then removed.
 BASELINE = f"{CONTAINER}-baseline"
-RUNNING_POLICY = {"Name": "unless-stopped"}
 
 Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
 
@@ -91,36 +94,9 @@ class Outcome:
     gate: dict[str, Any] | None = None  # the benchmark gate's report (bench.json), when it ran
 
 
-def _get(client: DockerClient, name: str) -> Container | None:
-    try:
-        return client.containers.get(name)
-    except NotFound:
-        return None
-
-
-def _remove(client: DockerClient, name: str) -> None:
-    container = _get(client, name)
-    if container is not None:
-        # Gone between the lookup and the removal (found by make test-faults): gone is what was asked.
-        with contextlib.suppress(NotFound):
-            container.remove(force=True)
-
-
 def is_converged(container: Container | None, cfg: ServingConfig, image_id: str) -> bool:
     """Running this configuration and image (proven or not: see is_proven)."""
-    return container is not None and container.status == "running" and _matches(container, cfg, image_id)
-
-
-def _save_diagnostics(verdict: Verdict, container: Container) -> None:
-    container.reload()
-    write_container(Path(verdict.diagnostics), container.attrs)
-
-
-def _ref(container: Container, proven: bool = False) -> EngineRef:
-    proven_at = utc_now() if proven else None
-    return EngineRef(
-        str(container.id), str(container.attrs["Image"]), str(container.labels.get(CONFIG_LABEL, "")), proven_at
-    )
+    return container is not None and container.status == "running" and matches(container, cfg, image_id)
 
 
 def proven_quiet_s(ref: EngineRef | None) -> float:
@@ -179,55 +155,26 @@ class Rollout:
         before_stop: Callable[[], None] = lambda: None,
         gate: Gate | None = None,
     ) -> None:
-        self.connect, self.store, self.watch, self.diagnostics, self.grace_s = (
-            connect, store, watch, diagnostics, grace_s)  # fmt: skip
+        self.host = EngineHost(connect, store, grace_s)
+        self.watch, self.diagnostics = watch, diagnostics
         self.before_stop, self.gate = before_stop, gate
-        self.client = connect()
-        self.record = store.load()
-        self.began = False  # a step was taken: never report changed=false after that
 
-    # ------------------------------------------------------------------ transport-safe operations
+    # What the host's steps keep: its Docker client, its record, whether a step was taken.
+    @property
+    def client(self) -> DockerClient:
+        return self.host.client
 
-    def _reconnect(self) -> None:
-        self.client = self.connect()
+    @property
+    def record(self) -> RolloutRecord:
+        return self.host.record
 
-    def _retry(self, call: Callable[[], T]) -> T:
-        return with_retries(call, self._reconnect, self.grace_s)
-
-    def _get(self, name_or_id: str) -> Container | None:
-        return self._retry(lambda: _get(self.client, name_or_id))
-
-    def _rename(self, container_id: str, name: str) -> None:
-        def rename() -> None:
-            container = self.client.containers.get(container_id)
-            if container.name != name:
-                _remove(self.client, name)
-                container.rename(name)
-
-        self._retry(rename)
-
-    def _stop(self, container_id: str, timeout: int) -> None:
-        self._retry(lambda: self.client.containers.get(container_id).stop(timeout=timeout))
-
-    def _remove(self, name: str) -> None:
-        self._retry(lambda: _remove(self.client, name))
-
-    def _create(self, cfg: ServingConfig, image_id: str) -> Container:
-        def create() -> Container:
-            existing = _get(self.client, CONTAINER)  # a create whose reply was lost
-            if existing is not None and _matches(existing, cfg, image_id):
-                return existing
-            return self.client.containers.create(**cfg.container_kwargs(image_id))
-
-        return self._retry(create)
-
-    def _step(self, phase: str) -> None:
-        self.began = True
-        self.store.save(self.record.stamp(phase))
+    @property
+    def began(self) -> bool:
+        return self.host.began
 
     def _bring_up(self, container_id: str, stall_floor_s: float = 0.0) -> Verdict:
         """Start it unless it runs, and watch it; the watch itself survives transport faults."""
-        container = self._get(container_id)
+        container = self.host.get(container_id)
         if container is None:
             raise SpecdeployError(f"the engine container {container_id[:12]} vanished during the rollout")
         return _bring_up(container, self.watch, self.diagnostics, stall_floor_s)
@@ -235,7 +182,7 @@ class Rollout:
     # ------------------------------------------------------------------ the rollout
 
     def deploy(self, cfg: ServingConfig, image_id: str, warm: Callable[[], str]) -> Outcome:
-        current = self._get(CONTAINER)
+        current = self.host.get(CONTAINER)
         if is_converged(current, cfg, image_id) and is_proven(current, self.record):
             assert current is not None
             return Outcome(
@@ -246,27 +193,27 @@ class Rollout:
                 started_at=current.attrs["State"]["StartedAt"],
             )
         last_ready = self.record.last_ready.image_id if self.record.last_ready else None
-        if current is not None and _matches(current, cfg, image_id):
+        if current is not None and matches(current, cfg, image_id):
             # The version asked for is there but was never proven (an interrupted rollout): prove it.
             interrupted = self.record.phase
             outcome = self._prove(str(current.id), image_id, last_ready, warm_report="")
             outcome.notes.insert(0, f"resumed an interrupted rollout (it had stopped in phase '{interrupted}')")
             return outcome
-        self.record.old = _ref(current) if current is not None else None
+        self.record.old = engine_ref(current) if current is not None else None
         self.record.new = None
-        self._step("warming")
+        self.host.step("warming")
         warm_report = warm()  # while the old container still serves
-        self._step("stopping-old")
+        self.host.step("stopping-old")
         outgoing = None
         if current is not None:
             self.before_stop()  # a fleet host leaves the router: what it still serves are its last requests
             outgoing = self._measure_outgoing(current)
-            self._stop(str(current.id), cfg.stop_timeout_s)
-            self._retire(str(current.id))
-        self._remove(CONTAINER)  # (a leftover of an interrupted run)
+            self.host.stop(str(current.id), cfg.stop_timeout_s)
+            self.host.retire(str(current.id))
+        self.host.remove(CONTAINER)  # (a leftover of an interrupted run)
         baseline = self._baseline(cfg, image_id)
-        self._step("starting-new")
-        new = self._create(cfg, image_id)
+        self.host.step("starting-new")
+        new = self.host.create(cfg, image_id)
         return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing=outgoing, baseline=baseline)
 
     def _baseline(self, cfg: ServingConfig, image_id: str) -> dict[str, Any] | None:
@@ -277,24 +224,24 @@ class Rollout:
         if gate is None or not gate.wants_baseline():  # (it wants one only for a speculative engine)
             return None
         off = cfg.speculation_off()
-        labels = self._retry(lambda: self.client.images.get(image_id).labels) or {}
+        labels = self.host.retry(lambda: self.client.images.get(image_id).labels) or {}
         version = str(labels.get("io.specdeploy.engine-version") or image_id)
         key = gate.baseline_key(cfg.baseline_digest(), version)
         if key in self.record.baselines:
             return self.record.baselines[key]
-        self._step("measuring-baseline")
-        self._remove(BASELINE)  # (a leftover of an interrupted run)
+        self.host.step("measuring-baseline")
+        self.host.remove(BASELINE)  # (a leftover of an interrupted run)
         kwargs = {**off.container_kwargs(image_id), "name": BASELINE}
-        container = self._retry(lambda: self.client.containers.create(**kwargs))
+        container = self.host.retry(lambda: self.client.containers.create(**kwargs))
         measured: dict[str, Any] | None = None
         verdict: Verdict | None = None
         try:
             verdict = self._bring_up(str(container.id))
             if verdict.status == "READY":
                 kept = self.record.last_ready.bench if self.record.last_ready else None
-                measured = self._retry(lambda: gate.baseline(self.client.containers.get(str(container.id)), kept))
+                measured = self.host.retry(lambda: gate.baseline(self.client.containers.get(str(container.id)), kept))
         finally:
-            self._remove(BASELINE)
+            self.host.remove(BASELINE)
         if verdict is not None and verdict.diagnostics:  # its run folder is a measurement, not a rollout
             write_baseline(Path(verdict.diagnostics), measured or {"sweep": [], "verdict": verdict.first_line()})
         if measured and measured.get("sweep"):
@@ -313,31 +260,20 @@ class Rollout:
         if gate is None or not self.record.proves(container_id) or current.status != "running":
             return None
         kept = self.record.last_ready.bench if self.record.last_ready else None
-        return self._retry(lambda: gate.outgoing(self.client.containers.get(container_id), kept))
-
-    def _retire(self, container_id: str) -> None:
-        """The old engine becomes `-previous` only if it was proven READY (the one before it waits as
-        `-older` until the new one is proven); else `-failed`, for its logs."""
-        if not self.record.proves(container_id):
-            self._rename(container_id, FAILED)
-            return
-        before = self._get(PREVIOUS)
-        if before is not None:
-            self._rename(str(before.id), OLDER)
-        self._rename(container_id, PREVIOUS)
+        return self.host.retry(lambda: gate.outgoing(self.client.containers.get(container_id), kept))
 
     def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str, *,
                outgoing: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
-        new = self._get(new_id)
+        new = self.host.get(new_id)
         assert new is not None
-        self.record.new = _ref(new)
-        self._step("watching")
+        self.record.new = engine_ref(new)
+        self.host.step("watching")
         verdict = self._bring_up(new_id)
         gate = self._benchmark(new_id, verdict, outgoing, baseline)
         if verdict.status == "READY" and (gate is None or gate.passed):
-            self._promote(new_id, gate.kept if gate else None, verdict.startup)
-            self._remove(OLDER)  # proven: -previous is the version before this one
-            started = self._retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
+            self.host.promote(new_id, gate.kept if gate else None, verdict.startup)
+            self.host.remove(OLDER)  # proven: -previous is the version before this one
+            started = self.host.retry(lambda: self.client.containers.get(new_id).attrs["State"]["StartedAt"])
             outcome = Outcome(True, "deployed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
                               warm=warm_report, verdict=asdict(verdict), started_at=started)  # fmt: skip
             if gate is not None:
@@ -346,10 +282,10 @@ class Rollout:
             return outcome
         if gate is not None:  # READY, and refused by its benchmark: a FAILED rollout like any other
             verdict = replace(verdict, status="FAILED", stage="benchmark gate", headline=gate.message)
-        self._step("rolling-back")
-        self._retry(lambda: _save_diagnostics(verdict, self.client.containers.get(new_id)))
-        self._stop(new_id, 10)
-        self._rename(new_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
+        self.host.step("rolling-back")
+        self.host.retry(lambda: save_diagnostics(verdict, self.client.containers.get(new_id)))
+        self.host.stop(new_id, 10)
+        self.host.rename(new_id, FAILED)  # kept, stopped, for `docker logs specdeploy-engine-failed`
         outcome = Outcome(True, "failed", verdict.first_line(), image_id=image_id, previous_image_id=previous,
                           warm=warm_report, verdict=asdict(verdict), gate=gate.report if gate else None)  # fmt: skip
         self._restore(outcome)
@@ -360,102 +296,86 @@ class Rollout:
         """The gate's decision on a READY engine (None: no gate, or not READY)."""
         if self.gate is None or verdict.status != "READY":
             return None
-        self._step("benchmarking")
+        self.host.step("benchmarking")
         kept = self.record.last_ready.bench if self.record.last_ready else None
         gate = self.gate
 
         def judge() -> GateResult:
             return gate(self.client.containers.get(container_id), asdict(verdict), kept, outgoing, baseline)
 
-        return self._retry(judge)
-
-    def _promote(self, container_id: str, bench: dict[str, Any] | None = None,
-                 startup: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
-        self._step("promoting")
-        self._retry(lambda: self.client.containers.get(container_id).update(restart_policy=RUNNING_POLICY))
-        container = self._get(container_id)
-        assert container is not None
-        if bench is None and self.record.last_ready and self.record.last_ready.container_id == container_id:
-            bench = self.record.last_ready.bench  # restored or re-proven: its figures stay
-        ref = replace(_ref(container, proven=True), bench=bench, startup=startup)
-        self.record.last_ready, self.record.new = ref, None
-        self._step("done")
+        return self.host.retry(judge)
 
     def _restore(self, outcome: Outcome) -> None:
         """Bring the last READY version back, wherever it is kept."""
         ready = self.record.last_ready
-        container = self._get(ready.container_id) if ready else None
+        container = self.host.get(ready.container_id) if ready else None
         if ready is None or container is None:
             outcome.notes.append("no version proven READY to roll back to: nothing serves")
-            self._step("done")
+            self.host.step("done")
             return
-        self._rename(ready.container_id, CONTAINER)
-        older = self._get(OLDER)
+        self.host.rename(ready.container_id, CONTAINER)
+        older = self.host.get(OLDER)
         if older is not None:
-            self._rename(str(older.id), PREVIOUS)  # the version before the restored one, as it was
+            self.host.rename(str(older.id), PREVIOUS)  # the version before the restored one, as it was
         back = self._bring_up(ready.container_id, proven_quiet_s(ready))
         outcome.rollback_verdict = asdict(back)
         if back.status == "READY":
-            self._promote(ready.container_id)
+            self.host.promote(ready.container_id)
             outcome.status = "rolled-back"
             outcome.notes.append(f"rolled back to the previous engine ({ready.image_id}): {back.first_line()}")
         else:
-            self._step("done")
+            self.host.step("done")
             outcome.notes.append(f"the previous engine did not come back either: {back.first_line()}")
 
     def rollback(self) -> Outcome:
         """`make rollback`: swap the running engine with the previous (proven) one; twice swaps back."""
-        previous = self._get(PREVIOUS)
+        previous = self.host.get(PREVIOUS)
         if previous is None:
             raise SpecdeployError(f"there is no {PREVIOUS} container to roll back to", hint="deploy twice first")
         previous_id = str(previous.id)
-        current = self._get(CONTAINER)
+        current = self.host.get(CONTAINER)
         current_id = str(current.id) if current is not None else None
         was_ready = current_id is not None and self.record.proves(current_id)
-        self.record.old = _ref(current) if current is not None else None
-        self.record.new = _ref(previous)
-        self._step("stopping-old")
+        self.record.old = engine_ref(current) if current is not None else None
+        self.record.new = engine_ref(previous)
+        self.host.step("stopping-old")
         if current_id is not None:
             self.before_stop()
-            self._stop(current_id, 60)
-            self._rename(current_id, f"{CONTAINER}-swapping")
-        self._rename(previous_id, CONTAINER)
-        self._step("watching")
+            self.host.stop(current_id, 60)
+            self.host.rename(current_id, f"{CONTAINER}-swapping")
+        self.host.rename(previous_id, CONTAINER)
+        self.host.step("watching")
         verdict = self._bring_up(previous_id)
         if verdict.status == "READY":
-            self._promote(previous_id)
+            self.host.promote(previous_id)
             if current_id is not None:  # -previous stays a proven version
-                self._rename(current_id, PREVIOUS if was_ready else FAILED)
+                self.host.rename(current_id, PREVIOUS if was_ready else FAILED)
             status, notes = "deployed", []
         else:  # put both back as they were: the one that served serves again, if it was proven
-            self._stop(previous_id, 10)
-            self._rename(previous_id, PREVIOUS)
+            self.host.stop(previous_id, 10)
+            self.host.rename(previous_id, PREVIOUS)
             status, notes = "failed", [f"{PREVIOUS} did not come up: {verdict.first_line()}"]
             if current_id is not None:
-                self._rename(current_id, CONTAINER)
+                self.host.rename(current_id, CONTAINER)
                 if was_ready:
                     back = self._bring_up(current_id)
                     if back.status == "READY":
-                        self._promote(current_id)
+                        self.host.promote(current_id)
                     notes.append(f"the engine that served before: {back.first_line()}")
             if self.record.phase != "done":
-                self._step("done")
-        serving = self._get(CONTAINER)
+                self.host.step("done")
+        serving = self.host.get(CONTAINER)
         assert serving is not None
         return Outcome(True, status, verdict.first_line(), image_id=serving.attrs["Image"],
                        previous_image_id=current.attrs["Image"] if current else None, verdict=asdict(verdict),
                        started_at=serving.attrs["State"]["StartedAt"], notes=notes)  # fmt: skip
 
 
-def _matches(container: Container, cfg: ServingConfig, image_id: str) -> bool:
-    return bool(container.labels.get(CONFIG_LABEL) == cfg.digest() and container.attrs["Image"] == image_id)
-
-
 def status(client: DockerClient) -> dict[str, Any]:
     """The engine containers on a host: name, state, image, config digest, start time."""
     rows = {}
     for name in (CONTAINER, PREVIOUS, OLDER, FAILED):
-        container = _get(client, name)
+        container = get_container(client, name)
         if container is None:
             continue
         state = container.attrs["State"]
@@ -472,7 +392,7 @@ def status(client: DockerClient) -> dict[str, Any]:
 
 
 def logs(client: DockerClient, name: str = CONTAINER, tail: int = 200) -> str:
-    container = _get(client, name)
+    container = get_container(client, name)
     if container is None:
         raise SpecdeployError(f"no container {name} on this host", hint="deploy first: make deploy")
     return bytes(container.logs(tail=tail)).decode(errors="replace")

@@ -8,9 +8,10 @@ import pytest
 
 from specdeploy.errors import SpecdeployError
 from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.engine_host import FAILED, PREVIOUS
 from specdeploy.serve.group import GroupRollout, Member
 from specdeploy.serve.ranks import problems, ranks_of
-from specdeploy.serve.rollout import FAILED, PREVIOUS, Rollout
+from specdeploy.serve.rollout import Rollout
 from specdeploy.watch.watchdog import Verdict
 
 from ..fakes import FakeDocker, MemoryStore

@@ -13,7 +13,8 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.records import PHASES
 from specdeploy.serve.config import CONTAINER, ServingConfig
-from specdeploy.serve.rollout import BASELINE, FAILED, PREVIOUS, Rollout
+from specdeploy.serve.engine_host import FAILED, PREVIOUS
+from specdeploy.serve.rollout import BASELINE, Rollout
 
 from ..fakes import FakeDocker, FakeWatch, Interrupted, MemoryStore
 
@@ -353,7 +354,7 @@ def test_removing_a_container_that_vanished_meanwhile_is_done_not_an_error():
     gone when the removal reached dockerd (404). Removal is idempotent."""
     from docker.errors import NotFound  # noqa: PLC0415
 
-    from specdeploy.serve import rollout as module  # noqa: PLC0415
+    from specdeploy.serve import engine_host  # noqa: PLC0415
 
     class Vanishing:
         def remove(self, force: bool = False) -> None:
@@ -365,4 +366,4 @@ def test_removing_a_container_that_vanished_meanwhile_is_done_not_an_error():
             def get(name: str) -> Vanishing:
                 return Vanishing()
 
-    module._remove(Client(), "specdeploy-engine-older")  # type: ignore[arg-type]
+    engine_host.remove_container(Client(), "specdeploy-engine-older")  # type: ignore[arg-type]
