@@ -42,13 +42,19 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in _runs_on_import(ast.parse(path.read_text(encoding="utf-8")).body):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
-            source = ".".join(part for part in (base, node.module or "") if part)
-            found |= {f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names}
+        found |= named(node, package, known)
     return found & known - {name}
+
+
+def named(node: ast.AST, package: str, known: set[str]) -> set[str]:
+    """The modules an import statement names: `from pkg import mod` names the module where one exists."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    if isinstance(node, ast.ImportFrom):
+        base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+        source = ".".join(part for part in (base, node.module or "") if part)
+        return {f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names}
+    return set()
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -114,14 +120,8 @@ def every_import(name: str, path: Path, known: set[str]) -> set[str]:
                    and node.test.id == "TYPE_CHECKING" for n in ast.walk(node)}  # fmt: skip
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
-            source = ".".join(part for part in (base, node.module or "") if part)
-            found |= {f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names}
+        if id(node) not in typing_only:
+            found |= named(node, package, known)
     return found & known - {name}
 
 
