@@ -400,7 +400,7 @@ class ActionModule(SpecdeployAction):
             outcome = group.deploy(lambda m: warms[m.rank]())
             warms[0].keep(outcome.verdict)
             for m, _, raw in built if outcome.status == "deployed" else []:
-                store: Any = m.rollout.store  # (HostRecords: Rollout types it as the RecordStore it uses)
+                store: Any = m.rollout.host.store  # (HostRecords: the host types it as the RecordStore it uses)
                 old = m.rollout.record.old
                 mine = replace(outcome, image_id=m.image_id, previous_image_id=old.image_id if old else None)
                 store.record_serving(serving(mine, {**args, "config": raw}, bool(m.cfg.api_key)))
