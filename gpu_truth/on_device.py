@@ -163,8 +163,15 @@ def test_only(
         argv[at] = json.dumps(spec, separators=(",", ":"))
         named["synthetic_acceptance_length"] = args.acceptance
     elif args.acceptance and engine == "sglang" and "--speculative-algorithm" in argv:
-        env["SGLANG_SIMULATE_ACC_LEN"] = str(args.acceptance)
-        named["SGLANG_SIMULATE_ACC_LEN"] = args.acceptance
+        # SGLang 0.5.23 (speculative/spec_utils.py): the default token mode emits token id 100 for every
+        # accepted token; real-draft-token (topk 1, as rendered) keeps the drafter's tokens.
+        env |= {"SGLANG_SIMULATE_ACC_LEN": str(args.acceptance), "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+        named |= {"SGLANG_SIMULATE_ACC_LEN": args.acceptance, "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+    if engine == "sglang" and getattr(args, "form", "tiny") == "full-depth" and "--language-model-only" not in argv:
+        # The model form ships no media-processor code; SGLang 0.5.23 builds Kimi-K2.5's processor from it
+        # (multimodal/processors/kimi_k25.py) unless the model is served as text only.
+        argv += ["--language-model-only"]
+        named["language_model_only"] = True
     return argv, env, named
 
 
@@ -353,8 +360,8 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
              *(["--speculative"] if args.engine == "vllm" and config.speculative_method == "eagle3" else []),
              "--", "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]  # fmt: skip
     started = time.monotonic()
-    # py-spy (carried in the vLLM payload) on the watch's PATH: a STALLED verdict dumps the stacks.
-    watch_env = {**os.environ, "PATH": f"{site('vllm')}/bin:{os.environ['PATH']}"}
+    # py-spy (carried in each engine's payload) on the watch's PATH: a STALLED verdict dumps the stacks.
+    watch_env = {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     log(f"watch exit {watched.returncode}: {verdict_line}")

@@ -12,7 +12,8 @@
 2. The wheel set: pip's resolver (`--dry-run --report`) for that release on the machine's platform
    (CPython 3.12, manylinux x86_64), with the machine's own packages as constraints, so the set
    fits what is installed there; a package the engine pins to another version is let go (it is
-   carried and shadows the machine's copy on PYTHONPATH).
+   carried and shadows the machine's copy on PYTHONPATH), and so is, when torch is carried, one whose
+   own Requires-Dist refuses the carried torch (torchvision: built against the machine's).
 3. Left out: what the machine already has at the resolved version, and what the engine itself
    treats as optional (each with the reason, in the recipe below), with whatever only they need.
 4. Chunks of <= 60 MiB (the device tool carries 64 MiB a run, the checkout included) and their
@@ -128,17 +129,31 @@ RECIPES = {
     ),
     "sglang": Recipe(
         package="sglang",
-        optional={  # read in sglang 0.5.17's own source
-            "tilelang": "TileLang kernels (NSA, DeepSeek-V3.2 only): imported lazily",
-            "decord2": "video decoding: imported when a video arrives",
-            "torchcodec": "video decoding, as above",
-            "nvidia-cutlass-dsl": "CuTe DSL kernels: guarded imports",
+        optional={  # read in sglang 0.5.23's own source (its wheel); no module-level import of any of these
+            # is reached from sglang.launch_server, the scheduler, DeepseekV2/KimiK25 and their EAGLE-3 drafter,
+            # the FA3/Triton attention backends, the Marlin INT4 MoE or sglang.benchmark.serving
+            "tilelang": "TileLang kernels for DSA (DeepSeek-V3.2), DeepSeek-V4 and MiniCPM attention: `import "
+            "tilelang` only atop sglang/kernels/ops/attention/dsa/tilelang_kernel.py (and dsv4/, quantization/"
+            "act_quant_tilelang.py, srt/layers/attention/minicpm/fuse_kernel.py), each imported inside a function "
+            "(srt/layers/attention/dsa/dsa_indexer_kpool.py:1064, minicpm/backend.py:311)",
+            "decord2": "video decoding: asked only on aarch64/armv7l; sglang/srt/utils/video_decoder.py:78 imports "
+            "decord inside the decoder, as the fallback when torchcodec is missing",
+            "torchcodec": "video/audio decoding: sglang/srt/utils/video_decoder.py:10-15 imports it in try/except "
+            "(ImportError, RuntimeError) and falls back to decord; srt/utils/common.py:1948 only when it was found",
+            "nvidia-cutlass-dsl": "CuTe DSL kernels (Blackwell MLA/MoE/DSA, FA4, quack): FlashInfer 0.7.2 probes it "
+            "(flashinfer/cute_dsl/availability.py: a top-level import 'would make import flashinfer hard-require "
+            "nvidia-cutlass-dsl'; flashinfer/__init__.py:179 contextlib.suppress(ImportError)); SGLang imports its "
+            "CuTe kernels inside functions or after importlib.util.find_spec('cutlass') "
+            "(srt/layers/attention/linear/kda_backend.py:1735)",
+            "humming-kernels": "mixed-precision kernels for `--quantization humming` and MXFP4 MoE: "
+            "sglang/srt/layers/quantization/humming.py:54 _lazy_import_humming() ('Please install it to use "
+            "`--quantization humming`'), srt/layers/moe/moe_runner/humming.py:48-55 try/except "
+            "ModuleNotFoundError; compressed-tensors INT4 MoE runs on Marlin (compressed_tensors_wNa16_moe.py:424). "
+            "Its cu13 extra would carry nvcc/NVVM 13.5: a second CUDA toolchain beside the machine's",
         },
         assume={"cuda-python": "cuda-bindings"},
-        release={
-            "tokenizers": "SGLang's pinned transformers refuses the machine's tokenizers 0.23.2 at import "
-            "(seen on the H200: 'tokenizers>=0.22.0,<=0.23.0 is required')"
-        },
+        # tokenizers is no longer let go: sglang 0.5.23 pins tokenizers==0.23.2 (the machine's) and its
+        # transformers 5.19.0 asks tokenizers>=0.23.1,<0.24.0 (transformers/dependency_versions_table.py:76).
     ),
 }
 
@@ -358,6 +373,27 @@ def plan_torch(client: httpx.Client, recipe: Recipe, release: str, machine: dict
     return plan
 
 
+def torch_bound(client: httpx.Client, on_machine: list[str], torch: str) -> dict[str, str]:
+    """Machine packages of the engine's set whose own Requires-Dist refuses the carried torch (read from
+    their wheels on the index): built against the machine's torch, they would break beside the carried one
+    (torchvision 0.26.0 asks torch==2.11.0 and its _C.so is that torch's; SGLang 0.5.23 asks torchvision
+    unpinned, so pip keeps the machine's). Each is let go, and pip carries a version that admits it."""
+    out = {}
+    for pin in on_machine:
+        name, version = pin.split("==", 1)
+        if NEVER_RELEASED.match(name):
+            continue
+        try:
+            metadata = metadata_of(client, name, version)
+        except (KeyError, httpx.HTTPStatusError):  # no wheel of it for the machine on the index: nothing to read
+            continue
+        asks = [r for r in requires(metadata) if canonicalize_name(r.name) == "torch"]
+        refused = [str(r) for r in asks if not r.specifier.contains(torch, prereleases=True)]
+        if refused:
+            out[name] = f"{name} {version} asks {', '.join(refused)}, refusing the carried torch {torch}"
+    return out
+
+
 def direct_specs(reqs: list[Requirement], optional: set[str]) -> list[str]:
     """The release's own requirements as they apply on the machine, markers already read, for pip:
     pip reads markers with the interpreter it runs on, not --python-version's (vLLM 0.33.0's
@@ -501,6 +537,19 @@ def optional_versions(client: httpx.Client, recipe: Recipe, release: str) -> dic
     return out
 
 
+def resolve_set(client: httpx.Client, specs: list[str], machine: dict[str, str], *, optional: dict[str, str],
+                released: dict[str, str], recipe: Recipe, torch_plan: TorchPlan) -> dict[str, Any]:  # fmt: skip
+    """pip's set for the machine (select's carry / on_machine / left_out) and, when torch is carried, the
+    set again without the machine packages built against the machine's torch (torch_bound: let go)."""
+    chosen = select(resolve_releasing(specs, machine, optional, released, torch_plan.carry), recipe)
+    while torch_plan.carried and (bound := torch_bound(client, chosen["on_machine"], torch_plan.carried)):
+        for name, reason in bound.items():
+            print(f"released {name} {machine[name]} from the machine: {reason}")
+        released |= bound
+        chosen = select(resolve_releasing(specs, machine, optional, released, torch_plan.carry), recipe)
+    return chosen
+
+
 def fetch(client: httpx.Client, item: dict[str, Any], folder: Path) -> Path:
     url: str = item["download_info"]["url"]
     want = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
@@ -581,8 +630,9 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
         engine_reqs = requires(metadata_of(client, recipe.package, version))
         specs = [f"{recipe.package}=={version}", *(f"{n}=={PINS['tools'][n.replace('-', '_')]}" for n in recipe.also),
                  *direct_specs(engine_reqs, set(optional)), *torch_plan.specs]  # fmt: skip
-        items = resolve_releasing(specs, machine, optional, released, torch_plan.carry)
-        chosen = select(items, recipe)
+        chosen = resolve_set(
+            client, specs, machine, optional=optional, released=released, recipe=recipe, torch_plan=torch_plan
+        )
         chosen["carry"] += [_index_item(client, n, v) for n, v in torch_plan.carry.items()]
         # Nothing the release (or the carried torch) asks for is missing there: carried, on the machine,
         # left out with the engine's reason, or kept with the recipe's.

@@ -152,7 +152,12 @@ def test_the_test_only_settings_are_added_to_the_rendering_and_named() -> None:
     # speculation off: nothing to set the acceptance of
     assert on_device.test_only(["x"], "vllm", _args(acceptance=2.3)) == (["x"], {}, {})
     argv, env, named = on_device.test_only(["x", "--speculative-algorithm", "EAGLE3"], "sglang", _args(acceptance=1.6))
-    assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6"} and named == {"SGLANG_SIMULATE_ACC_LEN": 1.6}
+    assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+    assert named["SGLANG_SIMULATE_ACC_LEN"] == 1.6 and argv == ["x", "--speculative-algorithm", "EAGLE3"]
+    # SGLang at full depth: the model form has no media-processor code, so it is served as text only
+    argv, _, named = on_device.test_only(["x"], "sglang", _args(form="full-depth"))
+    assert argv == ["x", "--language-model-only"] and named == {"language_model_only": True}
+    assert on_device.test_only(["x"], "vllm", _args(form="full-depth")) == (["x"], {}, {})
 
 
 def test_a_dummy_load_never_fights_a_rendered_loader() -> None:

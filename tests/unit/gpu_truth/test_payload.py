@@ -79,6 +79,12 @@ def test_every_left_out_package_says_why_from_the_engines_own_source() -> None:
         assert all(len(why) > 10 for why in recipe.optional.values())
         for members, why in recipe.trim.values():
             assert members and len(why) > 20
+    # SGLang 0.5.23's: each names the file of its wheel that guards the import (or imports it lazily)
+    sglang = payload.RECIPES["sglang"]
+    assert all(".py" in why for why in sglang.optional.values())
+    assert "humming-kernels" in sglang.optional  # its cu13 extra: nvcc/NVVM 13.5 beside the machine's CUDA
+    # 0.5.23 pins tokenizers==0.23.2, the machine's (0.5.17's transformers refused it): no longer let go
+    assert "tokenizers" not in sglang.release
 
 
 def test_a_trim_drops_the_member_and_its_record_line_and_refuses_a_missing_one(tmp_path: Path) -> None:
@@ -253,3 +259,47 @@ def test_the_manifest_says_what_torch_carries_and_what_the_machine_keeps(tmp_pat
     assert "cuDNN" in manifest["kept_from_machine"]["nvidia-cudnn-cu13"]
     assert manifest["carried"] == ["nvidia-nccl-cu13==2.30.7", "torch==2.14.0", "triton==3.8.0", f"vllm=={PINNED}"]
     assert manifest["requirements_unmet"] == [] and (out / "SHA256SUMS").is_file()
+
+
+def test_a_machine_package_built_against_the_machines_torch_is_let_go_when_torch_is_carried(monkeypatch) -> None:
+    """SGLang 0.5.23 asks torchvision unpinned: pip kept the machine's 0.26.0 (torch==2.11.0, its _C.so that
+    torch's) beside the carried torch 2.14.1. Its own Requires-Dist says so; it is let go and pip carries one
+    admitting the carried torch."""
+    packages = {"torchvision": {"0.26.0": ["torch==2.11.0", "numpy"], "0.29.2": ["torch>=2.14.0"]},
+                "numpy": {"2.3.5": []}, "einops": {"0.8.2": ["torch>=1.10; extra == 'torch'"]}}  # fmt: skip
+
+    def wheels(client: object, name: str) -> list[dict[str, object]]:
+        if name not in packages:
+            raise KeyError(name)
+        return [{"filename": f"{name}-{v}-py3-none-any.whl", "url": f"fake://{name}/{v}", "size": 1}
+                for v in packages[name]]  # fmt: skip
+
+    def metadata(client: object, url: str, size: int) -> str:
+        name, version = url.removeprefix("fake://").split("/")
+        return "".join(f"Requires-Dist: {r}\n" for r in packages[name][version])
+
+    monkeypatch.setattr(payload, "_wheels", wheels)
+    monkeypatch.setattr(payload, "_remote_metadata", metadata)
+    on_machine = ["einops==0.8.2", "numpy==2.3.5", "torchvision==0.26.0", "nvidia-cublas==13.1.0.3", "local==1"]
+    bound = payload.torch_bound(None, on_machine, "2.14.1")  # type: ignore[arg-type]
+    assert bound == {"torchvision": "torchvision 0.26.0 asks torch==2.11.0, refusing the carried torch 2.14.1"}
+    assert payload.torch_bound(None, ["torchvision==0.29.2"], "2.14.1") == {}  # type: ignore[arg-type]
+
+    # the set is resolved again without it: torchvision is carried at pip's choice, the reason recorded
+    def resolve_releasing(specs, held, optional, released, carried):  # type: ignore[no-untyped-def]
+        tv = "0.29.2" if "torchvision" in released else "0.26.0+machine"
+        return [{"metadata": {"name": "sglang", "version": "0.5.23"}},
+                {"metadata": {"name": "torchvision", "version": tv}}]  # fmt: skip
+
+    monkeypatch.setattr(payload, "resolve_releasing", resolve_releasing)
+    plan = payload.TorchPlan("2.11.0", "2.14.1", "carried", carry={"torch": "2.14.1"})
+    released: dict[str, str] = {}
+    chosen = payload.resolve_set(None, [], {"torchvision": "0.26.0"}, optional={}, released=released,  # type: ignore[arg-type]
+                                 recipe=payload.RECIPES["sglang"], torch_plan=plan)  # fmt: skip
+    assert [i["metadata"]["version"] for i in chosen["carry"]] == ["0.5.23", "0.29.2"]
+    assert chosen["on_machine"] == [] and "torch==2.11.0" in released["torchvision"]
+    # the machine's torch kept (not carried): nothing is read, nothing let go
+    kept = payload.TorchPlan("2.11.0", None, "admits")
+    chosen = payload.resolve_set(None, [], {}, optional={}, released={}, recipe=payload.RECIPES["sglang"],  # type: ignore[arg-type]
+                                 torch_plan=kept)  # fmt: skip
+    assert chosen["on_machine"] == ["torchvision==0.26.0"]
