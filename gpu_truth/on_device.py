@@ -61,8 +61,30 @@ def sums(folder: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- receive, install
 
 
+# The session's device time, counted from the machine's start (the lease counts its ~30-s start too):
+# a call's bound is what is left of it, so the last gate call is cut by its own timeout (and packs what
+# it measured) rather than by the lease (which returns only what was already under $OUT).
+SESSION_S, MACHINE_START_S, PACK_MARGIN_S = 1800, 30, 45
+
+
+def held_since() -> float:
+    """When this machine was taken: written by its first call (the store lives while it stays up)."""
+    mark = STORE / "held-since"
+    if not mark.is_file():
+        STORE.mkdir(parents=True, exist_ok=True)
+        mark.write_text(f"{time.time() - MACHINE_START_S:.0f}")
+    return float(mark.read_text())
+
+
+def bound(most: float) -> int:
+    """Seconds a gate call may run: MOST, or less where less of the session's device time is left."""
+    left = SESSION_S - (time.time() - held_since()) - PACK_MARGIN_S
+    return max(1, int(min(most, left)))
+
+
 def receive() -> None:
     """Moves what this call carried into the store; says which parts each engine still lacks."""
+    held_since()
     for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
         store = STORE / engine_dir.name
         store.mkdir(parents=True, exist_ok=True)
@@ -516,6 +538,8 @@ def main() -> int:
     sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
     packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
     packing.add_argument("name")
+    bounding = sub.add_parser("bound", help="seconds a call may run: MOST, or what is left of the device time")
+    bounding.add_argument("most", type=float)
     ins = sub.add_parser("install")
     ins.add_argument("engine")
     ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
@@ -557,6 +581,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
+    if args.step == "bound":
+        print(bound(args.most))
+        return 0
     done = {"receive": receive, "stop": stop_engines, "pack": lambda: pack(args.name),
             "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
     if done:

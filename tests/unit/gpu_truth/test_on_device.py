@@ -175,3 +175,18 @@ def test_pack_leaves_one_file_holding_everything(tmp_path: Path, monkeypatch) ->
     assert [p.name for p in out.iterdir()] == ["acc2.3.tgz"]
     with tarfile.open(out / "acc2.3.tgz") as tar:
         assert {"bench.json", "speculative/diagnostics/x/stacks.txt"} <= set(tar.getnames())
+
+
+def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    now = [10_000.0]
+    monkeypatch.setattr(on_device.time, "time", lambda: now[0])
+    on_device.receive()  # the machine's first call marks when it was taken (its start counted in)
+    assert on_device.held_since() == 10_000.0 - on_device.MACHINE_START_S
+    assert on_device.bound(570) == 570
+    now[0] += 1_300  # 1,330 s held: 470 left, less the margin to stop and pack
+    assert on_device.bound(570) == on_device.SESSION_S - 1_330 - on_device.PACK_MARGIN_S
+    on_device.receive()  # a later call keeps the first mark
+    assert on_device.held_since() == 10_000.0 - on_device.MACHINE_START_S
+    now[0] += 3_600
+    assert on_device.bound(570) == 1

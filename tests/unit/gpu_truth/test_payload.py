@@ -136,7 +136,8 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     baseline, *speculative = calls[3:]
     assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in baseline
     assert "--engine-version 0.5.23 --baseline" in baseline and "pack spec-off" in baseline
-    assert all("timeout -s INT 550" in call and call.index("stop") < call.index("gate") for call in calls[3:])
+    bounded = f"timeout -s INT $(python3 gpu_truth/on_device.py bound {payload.GATE_BOUND_S})"
+    assert all(bounded in call and call.index("stop") < call.index("gate") for call in calls[3:])
     assert ["--acceptance 2.3" in speculative[0], "--acceptance 1.6" in speculative[1]] == [True, True]
 
 
