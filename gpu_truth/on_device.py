@@ -76,15 +76,26 @@ def held_since() -> float:
     return float(mark.read_text())
 
 
+def budget(seconds: int | None = None) -> int:
+    """The session's device time when this machine was taken (status's budget_left_s, given to the first
+    `receive`; a session resumed after a cut has less than SESSION_S)."""
+    mark = STORE / "budget"
+    if seconds is not None and not mark.is_file():
+        STORE.mkdir(parents=True, exist_ok=True)
+        mark.write_text(str(seconds))
+    return int(mark.read_text()) if mark.is_file() else SESSION_S
+
+
 def bound(most: float) -> int:
     """Seconds a gate call may run: MOST, or less where less of the session's device time is left."""
-    left = SESSION_S - (time.time() - held_since()) - PACK_MARGIN_S
+    left = budget() - (time.time() - held_since()) - PACK_MARGIN_S
     return max(1, int(min(most, left)))
 
 
-def receive() -> None:
+def receive(budget_s: int | None = None) -> None:
     """Moves what this call carried into the store; says which parts each engine still lacks."""
     held_since()
+    budget(budget_s)
     for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
         store = STORE / engine_dir.name
         store.mkdir(parents=True, exist_ok=True)
@@ -534,7 +545,7 @@ def main() -> int:
         return watch(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
-    sub.add_parser("receive")
+    sub.add_parser("receive").add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
     sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
     packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
     packing.add_argument("name")
@@ -584,7 +595,7 @@ def main() -> int:
     if args.step == "bound":
         print(bound(args.most))
         return 0
-    done = {"receive": receive, "stop": stop_engines, "pack": lambda: pack(args.name),
+    done = {"receive": lambda: receive(args.budget), "stop": stop_engines, "pack": lambda: pack(args.name),
             "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
     if done:
         done()

@@ -16,7 +16,8 @@
    own Requires-Dist refuses the carried torch (torchvision: built against the machine's).
 3. Left out: what the machine already has at the resolved version, and what the engine itself
    treats as optional (each with the reason, in the recipe below), with whatever only they need.
-4. Chunks of <= 60 MiB (the device tool carries 64 MiB a run, the checkout included) and their
+4. Chunks of <= 48 MiB (the device tool carries 64 MiB a run, the checkout included; 60 MiB parts
+   were refused there on 2026-12-05 with a 3.9 MB checkout) and their
    SHA256SUMS, plus manifest.json saying what is carried and what was left out, and why.
 
 Test-bed tooling (the GPU truth harness): never shipped in the wheel or an engine image.
@@ -50,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PINS = yaml.safe_load((ROOT / "src" / "specdeploy" / "pins.yaml").read_text())
 OUT = ROOT / ".gpu-payload"
 INDEX = "https://pypi.org/simple"
-CHUNK = 60 * 1024**2
+CHUNK = 48 * 1024**2
 PYTHON = "3.12"
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(17, 40)] + ["manylinux2014_x86_64", "linux_x86_64"]
 MARKERS = {"python_version": PYTHON, "python_full_version": f"{PYTHON}.3", "sys_platform": "linux",
@@ -607,6 +608,31 @@ def _index_item(client: httpx.Client, name: str, version: str) -> dict[str, Any]
             "download_info": {"url": wheel["url"], "archive_info": {"hashes": wheel.get("hashes", {})}}}  # fmt: skip
 
 
+def write_parts(out: Path, data: bytes) -> int:
+    """The payload in CHUNK-sized parts with their SHA256SUMS (the whole first: on_device checks both)."""
+    for old in out.glob("part-*"):
+        old.unlink()
+    sums = [f"{hashlib.sha256(data).hexdigest()}  payload.tar"]
+    for n, start in enumerate(range(0, len(data), CHUNK)):
+        part = out / f"part-{n:02d}"
+        part.write_bytes(data[start : start + CHUNK])
+        sums.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  {part.name}")
+    (out / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    return len(sums) - 1
+
+
+def resplit(out: Path) -> Path:
+    """Parts made at another CHUNK cut again, without fetching: the whole is checked against SHA256SUMS."""
+    data = b"".join(p.read_bytes() for p in sorted(out.glob("part-*")))
+    want = (out / "SHA256SUMS").read_text().split()[0]
+    if hashlib.sha256(data).hexdigest() != want:
+        raise SystemExit(f"{out}: the parts do not join into the payload SHA256SUMS names; build it again")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["parts"] = write_parts(out, data)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return out
+
+
 def build(engine: str, machine_file: Path, torch_version: str | None, release: str | None = None,
           machine_torch: bool = False) -> Path:  # fmt: skip
     recipe = RECIPES[engine]
@@ -651,20 +677,13 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
             if name in recipe.trim:
                 members, reason = recipe.trim[name]
                 trimmed[path.name] = {"members": list(members), "saved_bytes": trim(path, members), "why": reason}
-    for old in out.glob("part-*"):
-        old.unlink()
     tar_path = out / "payload.tar"
     with tarfile.open(tar_path, "w") as tar:
         for whl in sorted(wheels.iterdir()):
             tar.add(whl, arcname=f"wheels/{whl.name}")
     data = tar_path.read_bytes()
-    sums = [f"{hashlib.sha256(data).hexdigest()}  payload.tar"]
-    for n, start in enumerate(range(0, len(data), CHUNK)):
-        part = out / f"part-{n:02d}"
-        part.write_bytes(data[start : start + CHUNK])
-        sums.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  {part.name}")
     tar_path.unlink()
-    (out / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    parts = write_parts(out, data)
     manifest = {
         "engine": engine, "release": version, "release_choice": why,
         "torch": {"machine": torch_plan.machine, "carried": torch_plan.carried, "why": torch_plan.why},
@@ -672,10 +691,10 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
         "requirements_unmet": missing,
         "carried": sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in chosen["carry"]),
         "on_machine": chosen["on_machine"], "left_out": chosen["left_out"], "trimmed": trimmed,
-        "released_from_machine": released, "bytes": len(data), "parts": len(sums) - 1,
+        "released_from_machine": released, "bytes": len(data), "parts": parts,
     }  # fmt: skip
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    print(f"{engine} {version}: {len(chosen['carry'])} wheels, {len(data) / 1024**2:.0f} MiB in {len(sums) - 1} "
+    print(f"{engine} {version}: {len(chosen['carry'])} wheels, {len(data) / 1024**2:.0f} MiB in {parts} "
           f"parts under {out.relative_to(ROOT)} (left out: {', '.join(chosen['left_out']) or 'nothing'})")  # fmt: skip
     return out
 
@@ -687,7 +706,8 @@ GATE_CALLS = (("spec-off", "--baseline"), ("acc2.3", "--acceptance 2.3"), ("acc1
 GATE_BOUND_S = 570  # of the per-call 600 s: the stop and the pack after it take ~5 s
 
 
-def plan(engine: str, out: Path, release: str = "") -> list[str]:
+def plan(engine: str, out: Path, release: str = "", budget_s: int | None = None) -> list[str]:
+    """The device calls; BUDGET_S (status's budget_left_s) bounds the last gate call when below a session's."""
     """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
     it everything outside the checkout): one part per call, the install with the last, then the
     gate's calls on the full-depth model forms."""
@@ -697,11 +717,13 @@ def plan(engine: str, out: Path, release: str = "") -> list[str]:
     calls = []
     for n, part in enumerate(parts):
         carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json"] if n == 0 else [])]
-        command = f"{step} receive" + (f" && {step} install {engine}" if n == len(parts) - 1 else "")
+        given = f" --budget {budget_s}" if budget_s is not None and n == 0 else ""
+        command = f"{step} receive{given}" + (f" && {step} install {engine}" if n == len(parts) - 1 else "")
         calls.append(f"run carry={json.dumps(carry)} command={command!r}")
     version = f" --engine-version {release}" if release else ""
     for tag, how in GATE_CALLS:
-        command = (f"{step} stop; PYTHONUNBUFFERED=1 timeout -s INT $({step} bound {GATE_BOUND_S}) {step} gate {engine} "
+        bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
+        command = (f"{step} stop; PYTHONUNBUFFERED=1 {bound} {step} gate {engine} "
                    f"--inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load{version} {how}; "
                    f"rc=$?; {step} stop; {step} pack {tag}; exit $rc")  # fmt: skip
         calls.append(f"run timeout_s=600 command={command!r}")
@@ -717,11 +739,14 @@ def main() -> None:
     parser.add_argument("--release", help="the engine release (default: pins.yaml engines.<engine>_cuda)")
     parser.add_argument("--machine-torch", action="store_true",
                         help="the newest release admitting the machine's torch; torch never carried")  # fmt: skip
+    parser.add_argument("--resplit", action="store_true",
+                        help="cut the built payload's parts again at the current part size, fetching nothing")
+    parser.add_argument("--budget", type=int, help="status's budget_left_s, when less than a session's 1800 s")
     args = parser.parse_args()
-    out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
+    out = resplit(OUT / args.engine) if args.resplit else build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
     print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
     release = json.loads((out / "manifest.json").read_text())["release"]
-    print("\n".join(plan(args.engine, out, release)))
+    print("\n".join(plan(args.engine, out, release, args.budget)))
 
 
 if __name__ == "__main__":

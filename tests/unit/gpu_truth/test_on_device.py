@@ -190,3 +190,14 @@ def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_
     assert on_device.held_since() == 10_000.0 - on_device.MACHINE_START_S
     now[0] += 3_600
     assert on_device.bound(570) == 1
+
+
+def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    now = [10_000.0]
+    monkeypatch.setattr(on_device.time, "time", lambda: now[0])
+    on_device.receive(1_000)
+    on_device.receive(1_800)  # only the first call's figure counts
+    now[0] += 600  # 630 s held of 1,000
+    assert on_device.bound(570) == 1_000 - 630 - on_device.PACK_MARGIN_S

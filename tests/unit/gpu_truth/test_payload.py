@@ -139,6 +139,24 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     bounded = f"timeout -s INT $(python3 gpu_truth/on_device.py bound {payload.GATE_BOUND_S})"
     assert all(bounded in call and call.index("stop") < call.index("gate") for call in calls[3:])
     assert ["--acceptance 2.3" in speculative[0], "--acceptance 1.6" in speculative[1]] == [True, True]
+    budgeted = payload.plan("sglang", out, "0.5.23", budget_s=1_200)
+    assert "receive --budget 1200 &&" not in budgeted[0] and "receive --budget 1200" in budgeted[0]
+    assert "--budget" not in "".join(budgeted[1:])
+
+
+def test_parts_cut_again_rejoin_into_the_same_payload(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(payload, "CHUNK", 4)
+    data = bytes(range(10))
+    (tmp_path / "manifest.json").write_text('{"parts": 1}')
+    assert payload.write_parts(tmp_path, data) == 3
+    monkeypatch.setattr(payload, "CHUNK", 6)
+    payload.resplit(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("part-*")) == ["part-00", "part-01"]
+    assert json.loads((tmp_path / "manifest.json").read_text())["parts"] == 2
+    assert b"".join(p.read_bytes() for p in sorted(tmp_path.glob("part-*"))) == data
+    (tmp_path / "part-01").write_bytes(b"??")
+    with pytest.raises(SystemExit, match="do not join"):
+        payload.resplit(tmp_path)
 
 
 # ---------------------------------------------------------------- the release and torch (a fake index)
