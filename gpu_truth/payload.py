@@ -744,7 +744,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, help="status's budget_left_s, when less than a session's 1800 s")
     args = parser.parse_args()
     out = resplit(OUT / args.engine) if args.resplit else build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
-    print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
+    print("\nThe device calls (docs/gpu-truth.md). Send the first ALONE: when no machine comes, each call of a\n"
+          "batch is refused at 15 s of device time (2026-12-05: 32 refusals cost 645 s). Once it has answered,\n"
+          "send the rest in ONE message (each must start within 30 s of the last):")
     release = json.loads((out / "manifest.json").read_text())["release"]
     print("\n".join(plan(args.engine, out, release, args.budget)))
 
