@@ -479,8 +479,8 @@ def gate(args: argparse.Namespace) -> int:
         finally:
             stop_engines()
         return code
-    baseline = json.loads(kept.read_text()) if kept.is_file() else None
-    log(f"baseline {key[:19]}: {'kept from the --baseline call' if baseline else 'none (run --baseline first)'}")
+    baseline, source = kept_baseline(kept, key, args.baseline_file)
+    log(f"baseline {key[:19]}: {source}")
     code, verdict_line, seconds = start_watched(config, args, out / "speculative")
     try:
         if code == 0:
@@ -509,6 +509,21 @@ def gate(args: argparse.Namespace) -> int:
     finally:
         stop_engines()
     return code
+
+
+def kept_baseline(kept: Path, key: str, carried: Path | None) -> tuple[dict[str, Any] | None, str]:
+    """This machine's own baseline, else one measured in an earlier session and kept in the checkout
+    (the device time of one session holds a cold baseline or two speculative runs, not all three).
+    A carried one counts only under the same key: the same flags, engine release and model."""
+    if kept.is_file():
+        return json.loads(kept.read_text()), "kept from this machine's --baseline call"
+    if carried is None:
+        return None, "none (run --baseline first, or give --baseline-file)"
+    doc = json.loads(carried.read_text())
+    if doc.get("key") != key:
+        raise SystemExit(f"{carried}: its baseline key {str(doc.get('key'))[:19]} is not this configuration's "
+                         f"{key[:19]} (the flags, release or model differ): measure it again with --baseline")
+    return doc, f"carried from {carried} (measured {doc.get('time', '?')} on {doc.get('hardware', '?')})"
 
 
 def keep(doc: dict[str, Any], kept: Path, out: Path) -> None:
@@ -587,6 +602,8 @@ def main() -> int:
     srv.add_argument("--tokens", type=int, default=64)
     gat = sub.add_parser("gate", parents=[engine_run], help="the gate's sweep against the speculation-off baseline")
     gat.add_argument("--baseline", action="store_true", help="measure and keep the speculation-off baseline")
+    gat.add_argument("--baseline-file", type=Path,
+                     help="a baseline.json kept from an earlier session's --baseline (same key), when this machine has none")
     gat.add_argument("--engine-version", default="", help="the engine's version (part of the baseline's key)")
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
     args = parser.parse_args()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tarfile
 import textwrap
 from dataclasses import dataclass
@@ -93,6 +94,17 @@ def test_a_baseline_of_another_engine_version_is_not_taken(machine: Machine, mon
     assert call("--engine-version", "0.27.0", monkeypatch=monkeypatch) == 0
     bench = json.loads((machine.root / "out" / "bench.json").read_text())
     assert bench["baseline"] is None and "speedup" not in bench
+
+
+def test_a_baseline_from_an_earlier_session_judges_only_its_own_configuration(machine: Machine, monkeypatch) -> None:
+    assert call("--baseline", "--engine-version", "0.26.0", monkeypatch=monkeypatch) == 0
+    carried = machine.root / "carried-baseline.json"
+    carried.write_text((machine.root / "out" / "baseline.json").read_text())
+    shutil.rmtree(machine.root / "store" / "baselines")  # a fresh machine: nothing of its own
+    assert call("--engine-version", "0.26.0", "--baseline-file", str(carried), monkeypatch=monkeypatch) == 0
+    assert json.loads((machine.root / "out" / "bench.json").read_text())["speedup"] == {"1": 1.3, "4": 1.3, "16": 1.3}
+    with pytest.raises(SystemExit, match="is not this configuration's"):
+        call("--engine-version", "0.27.0", "--baseline-file", str(carried), monkeypatch=monkeypatch)
 
 
 def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: Path) -> None:

@@ -142,6 +142,8 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     budgeted = payload.plan("sglang", out, "0.5.23", budget_s=1_200)
     assert "receive --budget 1200 &&" not in budgeted[0] and "receive --budget 1200" in budgeted[0]
     assert "--budget" not in "".join(budgeted[1:])
+    later = payload.plan("sglang", out, "0.5.23", gates=("acc2.3",), baseline_file="kept/baseline.json")
+    assert len(later) == 3 + 1 and "--acceptance 2.3 --baseline-file kept/baseline.json;" in later[-1]
 
 
 def test_parts_cut_again_rejoin_into_the_same_payload(tmp_path: Path, monkeypatch) -> None:
