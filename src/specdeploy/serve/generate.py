@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from specdeploy import pins
 from specdeploy.serve.knob import REQUIRED, UNSET, Knob
 from specdeploy.serve.schema import ENGINES, KNOBS
 
@@ -128,23 +127,26 @@ def python_value(value: Any) -> str:
 
 
 def _field_lines(knob: Knob) -> list[str]:
+    """The knob's doc as a comment (wrapped within ruff's 120), then its field."""
     comment = [f"    # {line}" for line in textwrap.wrap(knob.doc, 114)]
     default = knob.config_default
     if default is REQUIRED:
         return [*comment, f"    {knob.field}: {knob.annotation}"]
-    if isinstance(default, dict):
-        assert not default, f"{knob.name}: a mutable default must be empty"
+    if isinstance(default, dict):  # a dataclass takes no mutable default
+        if default:
+            raise ValueError(f"{knob.variable}: a mapping field's default must be empty")
         return [*comment, f"    {knob.field}: {knob.annotation} = field(default_factory=dict)"]
     return [*comment, f"    {knob.field}: {knob.annotation} = {python_value(default)}"]
 
 
 def render_fields(knobs: tuple[Knob, ...] = KNOBS) -> str:
     fed = [k for k in knobs if k.field]
-    required = [k for k in fed if k.config_default is REQUIRED]  # a dataclass wants them first
-    body = [line for knob in required + [k for k in fed if k not in required] for line in _field_lines(knob)]
-    uses_any = any("Any" in k.annotation for k in fed)
-    imports = ["from dataclasses import dataclass" + (", field" if any("default_factory" in b for b in body) else "")]
-    imports += ["from typing import Any"] * uses_any
+    ordered = sorted(fed, key=lambda k: k.config_default is not REQUIRED)  # a dataclass wants the required first
+    body = [line for knob in ordered for line in _field_lines(knob)]
+    dataclasses = "dataclass, field" if any("default_factory" in line for line in body) else "dataclass"
+    imports = [f"from dataclasses import {dataclasses}"]
+    if any("Any" in k.annotation for k in fed):
+        imports.append("from typing import Any")
     return "\n".join([FIELDS_DOC, "", "from __future__ import annotations", "", *imports, "", "",
                       "@dataclass(frozen=True)", "class KnobFields:", *body]) + "\n"  # fmt: skip
 
@@ -164,8 +166,9 @@ def _default_cell(knob: Knob) -> str:
 
 def render_table(knobs: tuple[Knob, ...] = KNOBS) -> str:
     """Every knob with engine words: each engine's flag, key or variable (the flags it owns), and its default."""
-    versions = {"vllm": f"vLLM {pins.VLLM_CUDA}", "sglang": f"SGLang {pins.SGLANG_CUDA}"}
-    lines = [f"| variable | {' | '.join(versions[e] for e in ENGINES)} | default |", "|---" * (len(ENGINES) + 2) + "|"]
+    # The engines without their releases: a new pin changes no generated file (the page's prose names them).
+    names = {"vllm": "vLLM", "sglang": "SGLang"}
+    lines = [f"| variable | {' | '.join(names[e] for e in ENGINES)} | default |", "|---" * (len(ENGINES) + 2) + "|"]
     for knob in (k for k in knobs if k.engines):
         cells = ["; ".join(w.cell() for w in knob.words(e)) or "(none)" for e in ENGINES]
         lines.append(f"| `{knob.variable}` | {' | '.join(cells)} | {_default_cell(knob)} |")
