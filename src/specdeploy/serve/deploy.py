@@ -27,11 +27,12 @@ from specdeploy.records import HostRecords, host_runs
 from specdeploy.serve.config import CONTAINER, ServingConfig
 from specdeploy.serve.deploy_parts import Prewarm, SaidGate, image_id, result, serving
 from specdeploy.serve.group import GroupRollout, GroupWatcher, Member
+from specdeploy.serve.knob import UNSET
 from specdeploy.serve.prewarm import prewarmer
 from specdeploy.serve.ranks import problems as group_problems
 from specdeploy.serve.ranks import ranks_of
 from specdeploy.serve.rollout import BASELINE, Gate, Outcome, Rollout, Watcher
-from specdeploy.serve.schema import BY_VARIABLE, KNOBS, UNSET
+from specdeploy.serve.schema import BY_VARIABLE, KNOBS
 from specdeploy.transport import is_transport_error, lost_contact
 from specdeploy.watch.remote import watch_container_on_host, watch_group_on_hosts
 from specdeploy.watch.watchdog import Verdict, WatchOptions
