@@ -739,11 +739,17 @@ def main() -> None:
     parser.add_argument("--release", help="the engine release (default: pins.yaml engines.<engine>_cuda)")
     parser.add_argument("--machine-torch", action="store_true",
                         help="the newest release admitting the machine's torch; torch never carried")  # fmt: skip
-    parser.add_argument("--resplit", action="store_true",
-                        help="cut the built payload's parts again at the current part size, fetching nothing")
+    parser.add_argument(
+        "--resplit",
+        action="store_true",
+        help="cut the built payload's parts again at the current part size, fetching nothing",
+    )
     parser.add_argument("--budget", type=int, help="status's budget_left_s, when less than a session's 1800 s")
     args = parser.parse_args()
-    out = resplit(OUT / args.engine) if args.resplit else build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
+    if args.resplit:
+        out = resplit(OUT / args.engine)
+    else:
+        out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
     print("\nThe device calls (docs/gpu-truth.md), each within 30 s of the last:")
     release = json.loads((out / "manifest.json").read_text())["release"]
     print("\n".join(plan(args.engine, out, release, args.budget)))
