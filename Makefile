@@ -74,7 +74,7 @@ lint: setup ## ansible-lint (production profile, no skips), yamllint, ruff, mypy
 	$(BIN)/python tests/support/check_docs.py
 	$(BIN)/python tests/support/check_private_names.py
 
-generate: setup ## Write roles/serving's defaults and argument specs (specdeploy.serve.schema), and ansible/library's action docs
+generate: setup ## From specdeploy.serve.schema: roles/serving's defaults and argument specs, ServingConfig's fields, docs/serve.md's table; and ansible/library's action docs
 	$(BIN)/python -m specdeploy.serve.generate
 	$(BIN)/python tests/support/action_docs.py
 

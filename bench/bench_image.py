@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from specdeploy import names
 from specdeploy.docker_engine import ensure_engine
 from specdeploy.engine_image import buildlog, dockerfile, drafter, profiles, source
 from specdeploy.paths import state_dir
@@ -150,7 +151,7 @@ def main() -> None:
         warm_s = docker_build(context, warm_tag, base, outputs)
         cached, layers = check_drafter_only(outputs[-1])
         label = subprocess.run(["docker", "image", "inspect", "--format",
-                                '{{ index .Config.Labels "io.specdeploy.drafter-digest" }}', warm_tag],
+                                f'{{{{ index .Config.Labels "{names.DRAFTER_DIGEST_LABEL}" }}}}', warm_tag],
                                capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
         if label != digest_b:
             sys.exit(f"the rebuilt image is labelled {label}, not the new drafter's {digest_b}")

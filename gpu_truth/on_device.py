@@ -521,8 +521,10 @@ def kept_baseline(kept: Path, key: str, carried: Path | None) -> tuple[dict[str,
         return None, "none (run --baseline first, or give --baseline-file)"
     doc = json.loads(carried.read_text())
     if doc.get("key") != key:
-        raise SystemExit(f"{carried}: its baseline key {str(doc.get('key'))[:19]} is not this configuration's "
-                         f"{key[:19]} (the flags, release or model differ): measure it again with --baseline")
+        raise SystemExit(
+            f"{carried}: its baseline key {str(doc.get('key'))[:19]} is not this configuration's "
+            f"{key[:19]} (the flags, release or model differ): measure it again with --baseline"
+        )
     return doc, f"carried from {carried} (measured {doc.get('time', '?')} on {doc.get('hardware', '?')})"
 
 
@@ -602,8 +604,11 @@ def main() -> int:
     srv.add_argument("--tokens", type=int, default=64)
     gat = sub.add_parser("gate", parents=[engine_run], help="the gate's sweep against the speculation-off baseline")
     gat.add_argument("--baseline", action="store_true", help="measure and keep the speculation-off baseline")
-    gat.add_argument("--baseline-file", type=Path,
-                     help="a baseline.json kept from an earlier session's --baseline (same key), when this machine has none")
+    gat.add_argument(
+        "--baseline-file",
+        type=Path,
+        help="a baseline.json kept from an earlier session's --baseline (same key), when this machine has none",
+    )
     gat.add_argument("--engine-version", default="", help="the engine's version (part of the baseline's key)")
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
     args = parser.parse_args()

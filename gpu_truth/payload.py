@@ -706,14 +706,20 @@ GATE_CALLS = (("spec-off", "--baseline"), ("acc2.3", "--acceptance 2.3"), ("acc1
 GATE_BOUND_S = 570  # of the per-call 600 s: the stop and the pack after it take ~5 s
 
 
-def plan(engine: str, out: Path, release: str = "", budget_s: int | None = None,
-         gates: tuple[str, ...] = tuple(tag for tag, _ in GATE_CALLS), baseline_file: str = "") -> list[str]:
-    """The device calls; BUDGET_S (status's budget_left_s) bounds the last gate call when below a session's.
-    GATES: the gate calls this session holds; BASELINE_FILE: a kept baseline.json of an earlier session,
-    for speculative calls on a machine that has not measured its own."""
+def plan(
+    engine: str,
+    out: Path,
+    release: str = "",
+    *,
+    budget_s: int | None = None,
+    gates: tuple[str, ...] = tuple(tag for tag, _ in GATE_CALLS),
+    baseline_file: str = "",
+) -> list[str]:
     """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
     it everything outside the checkout): one part per call, the install with the last, then the
-    gate's calls on the full-depth model forms."""
+    gate's calls on the full-depth model forms. BUDGET_S (status's budget_left_s) bounds the last gate
+    call when below a session's; GATES: the gate calls this session holds; BASELINE_FILE: a kept
+    baseline.json of an earlier session, for speculative calls on a machine without its own."""
     parts = sorted(p.name for p in out.glob("part-*"))
     rel = out.relative_to(ROOT)
     step = "python3 gpu_truth/on_device.py"
@@ -725,8 +731,8 @@ def plan(engine: str, out: Path, release: str = "", budget_s: int | None = None,
         calls.append(f"run carry={json.dumps(carry)} command={command!r}")
     version = f" --engine-version {release}" if release else ""
     carried = f" --baseline-file {baseline_file}" if baseline_file else ""
-    for tag, how in ((t, h) for t, h in GATE_CALLS if t in gates):
-        how += "" if how == "--baseline" else carried
+    for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
+        how = asked if asked == "--baseline" else asked + carried
         bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
         command = (f"{step} stop; PYTHONUNBUFFERED=1 {bound} {step} gate {engine} "
                    f"--inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load{version} {how}; "
@@ -744,18 +750,29 @@ def main() -> None:
     parser.add_argument("--release", help="the engine release (default: pins.yaml engines.<engine>_cuda)")
     parser.add_argument("--machine-torch", action="store_true",
                         help="the newest release admitting the machine's torch; torch never carried")  # fmt: skip
-    parser.add_argument("--resplit", action="store_true",
-                        help="cut the built payload's parts again at the current part size, fetching nothing")
+    parser.add_argument(
+        "--resplit",
+        action="store_true",
+        help="cut the built payload's parts again at the current part size, fetching nothing",
+    )
     parser.add_argument("--budget", type=int, help="status's budget_left_s, when less than a session's 1800 s")
     parser.add_argument("--gates", default=",".join(t for t, _ in GATE_CALLS), help="the gate calls to plan")
     parser.add_argument("--baseline-file", default="", help="a baseline.json kept in the checkout (speculative calls)")
     args = parser.parse_args()
-    out = resplit(OUT / args.engine) if args.resplit else build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
-    print("\nThe device calls (docs/gpu-truth.md). Send the first ALONE: when no machine comes, each call of a\n"
-          "batch is refused at 15 s of device time (2026-12-05: 32 refusals cost 645 s). Once it has answered,\n"
-          "send the rest in ONE message (each must start within 30 s of the last):")
+    if args.resplit:
+        out = resplit(OUT / args.engine)
+    else:
+        out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)
+    print(
+        "\nThe device calls (docs/gpu-truth.md). Send the first ALONE: when no machine comes, each call of a\n"
+        "batch is refused at 15 s of device time (2026-12-05: 32 refusals cost 645 s). Once it has answered,\n"
+        "send the rest in ONE message (each must start within 30 s of the last):"
+    )
     release = json.loads((out / "manifest.json").read_text())["release"]
-    print("\n".join(plan(args.engine, out, release, args.budget, tuple(args.gates.split(",")), args.baseline_file)))
+    gates = tuple(args.gates.split(","))
+    print(
+        "\n".join(plan(args.engine, out, release, budget_s=args.budget, gates=gates, baseline_file=args.baseline_file))
+    )
 
 
 if __name__ == "__main__":

@@ -15,18 +15,24 @@ description:
 - >-
   C(action: deploy) warms the page cache with the model while the old engine still serves, stops it,
   starts C(image) with C(config) and watches the start-up to READY (stage, elapsed time, ETA); when
-  C(bench) asks, the benchmark gate measures the READY engine before it is promoted. A FAILED or
-  STALLED start-up, or a refused gate, rolls back to the last version proven READY. A rerun with this
-  image and configuration, proven READY, restarts nothing; an interrupted rollout resumes. C(action:
-  rollback) swaps the running engine with the previous one, watched the same way. In a fleet
+  C(serving_bench) asks, the benchmark gate measures the READY engine before it is promoted. A FAILED
+  or STALLED start-up, or a refused gate, rolls back to the last version proven READY. A rerun with
+  this image and configuration, proven READY, restarts nothing; an interrupted rollout resumes.
+  C(action: rollback) swaps the running engine with the previous one, watched the same way. In a fleet
   (C(router_host)), the engine leaves the router before it stops and joins it again once READY. The
-  outcome is recorded on the host (C(current.json) and C(rollout.json) in C(state_dir)) and in the
-  controller's run folder. Thin: the logic is in specdeploy.serve.
+  outcome is recorded on the host (C(current.json) and C(rollout.json) in C(serving_state_dir)) and in
+  the controller's run folder. Thin: the deploy is composed in specdeploy.serve.deploy.
 notes:
 - >-
   Secrets: the engine's API key is never an argument. The action reads the C(serving_api_key) variable
   (keep it in ansible-vault) itself, so the key appears in no task argument, result or log line;
   C(config) never holds it (roles/serving leaves every secret out).
+- >-
+  The role's own knobs are not arguments either: the action reads them from the task's variables, as
+  specdeploy.serve.schema declares them (roles/serving's defaults): C(serving_stall_timeout),
+  C(serving_timeout), C(serving_reconnect_grace), C(serving_state_dir), C(serving_warm_page_cache),
+  the prewarm's C(serving_prewarm_*), C(serving_fleet_worker) and the benchmark gate's
+  C(serving_bench*).
 options:
   action:
     description:
@@ -48,39 +54,6 @@ options:
       its C(serving_*) variables); checked before anything changes.
     type: dict
     default: {}
-  stall_timeout:
-    description:
-    - >-
-      Seconds without start-up progress before the engine is judged STALLED (C(serving_stall_timeout));
-      raised to twice the proven version's longest recorded stage.
-    type: float
-    default: 300.0
-  timeout:
-    description:
-    - >-
-      Seconds before the start-up is abandoned (C(serving_timeout)).
-    type: float
-    default: 3600.0
-  warm_page_cache:
-    description:
-    - >-
-      Warm the page cache with the model's files while the old engine still serves
-      (C(serving_warm_page_cache)).
-    type: bool
-    default: true
-  prewarm:
-    description:
-    - >-
-      The prewarm's bounds (specdeploy.serve.prewarm): C(readers) (0: from the host's CPUs),
-      C(max_fraction) of MemAvailable, C(max_gb) (0: none); roles/serving's C(serving_prewarm_*).
-    type: dict
-    default: {}
-  state_dir:
-    description:
-    - >-
-      The host's serving state folder, of C(rollout.json) and C(current.json) (C(serving_state_dir)).
-    type: str
-    default: /var/lib/specdeploy/serving
   engine_image_profile:
     description:
     - >-
@@ -94,13 +67,6 @@ options:
       The drafter the image was built from, kept in C(current.json) likewise.
     type: str
     default: ""
-  reconnect_grace:
-    description:
-    - >-
-      Seconds without contact with the host that change no verdict (C(serving_reconnect_grace)): the watch
-      and the rollout reconnect meanwhile.
-    type: float
-    default: 120.0
   router_host:
     description:
     - >-
@@ -120,21 +86,6 @@ options:
       The fleet sentinel's hold API port, on the router host's loopback.
     type: int
     default: 8081
-  fleet_worker:
-    description:
-    - >-
-      This engine's URL at the router (roles/serving's C(serving_fleet_worker)); empty: from
-      C(ansible_host) and the engine's port.
-    type: str
-    default: ""
-  bench:
-    description:
-    - >-
-      The benchmark gate between READY and promotion (specdeploy.gate): C(enabled), C(gate) (false:
-      measure and record, refuse nothing), C(budget), C(concurrency), C(max_tokens),
-      C(min_acceptance_length), C(max_regression); roles/serving's C(serving_bench*).
-    type: dict
-    default: {gate: false, enabled: false}
 """
 
 EXAMPLES = r"""
@@ -143,12 +94,11 @@ EXAMPLES = r"""
     action: deploy
     image: "{{ serving_image }}"
     config: "{{ serving_config }}"  # serving_api_key is not in it: the action reads that variable itself
-    stall_timeout: 300
-    timeout: 3600
-    bench:
-      enabled: true
-      gate: true
-      budget: 60
+  # serving_stall_timeout, serving_bench*, serving_prewarm_* and the role's other knobs are no arguments:
+  # the action reads them from the task's variables (set them in the inventory, or as -e).
+  vars:
+    serving_stall_timeout: 300
+    serving_bench_budget_s: 60
   register: serving_rollout
 
 - name: Swap the running engine with the previous one, watched to READY

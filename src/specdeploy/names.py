@@ -1,5 +1,5 @@
 """Names the roles and the Python code share, defined once: the default engine image profile, the
-engine's container, the ports, the host's serving state folder.
+engine's container, the ports, the host's serving state folder, the engine image's labels.
 
 The Python code imports them from here. The roles get them from the specdeploy_defaults role
 (roles/specdeploy_defaults/defaults/main.yml, first in every play, as kubespray hands its names to
@@ -47,3 +47,12 @@ def role_default(key: str) -> str | int:
 # vLLM's API sends a request to the data-parallel rank this header names (its serving layer reads it):
 # how the readiness proof and the sentinel reach each replica of a multi-node engine.
 DP_RANK_HEADER = "X-data-parallel-rank"
+
+# The engine image's labels: docker/engine.Dockerfile.j2 writes them (specdeploy.engine_image.dockerfile
+# hands it each name); the rollout reads the engine's version, make verify the two digests.
+PROFILE_LABEL = "io.specdeploy.profile"
+ENGINE_LABEL = "io.specdeploy.engine"
+ENGINE_VERSION_LABEL = "io.specdeploy.engine-version"
+PATCH_DIGEST_LABEL = "io.specdeploy.patch-digest"
+DRAFTER_DIGEST_LABEL = "io.specdeploy.drafter-digest"
+VERSION_LABEL = "io.specdeploy.version"  # specdeploy's own version, which built the image

@@ -21,7 +21,7 @@ import pytest
 from specdeploy import pins
 from specdeploy.engine_image import wheels
 from specdeploy.gate import client
-from specdeploy.serve import engine_words
+from specdeploy.serve import engine_words, schema
 from specdeploy.serve.config import ServingConfig
 from tests.unit.templating import by_declaration, role_vars
 
@@ -31,8 +31,14 @@ pytestmark = pytest.mark.integration
 # Preflight's verdict for 8 PCIe GPUs with IOMMU on (specdeploy.gpu.checks) adds its flag and environment.
 PCIE = {"env": {"NCCL_P2P_DISABLE": "1"}, "vllm_args": ["--disable-custom-all-reduce"],
         "sglang_args": ["--disable-custom-all-reduce"], "reason": "8 GPUs joined only by PCIe"}  # fmt: skip
-EVERYTHING = {"serving_expert_parallel": True, "serving_language_model_only": True, "serving_pcie_allreduce": True,
-              "serving_encoder_tp_mode": "data", "serving_drain_timeout": 30, "preflight_nccl": PCIE}  # fmt: skip
+NOT_SWITCHES = {"serving_encoder_tp_mode": "data", "serving_drain_timeout": 30, "preflight_nccl": PCIE}
+
+
+def everything(engine: str) -> dict[str, object]:
+    """Every opt-in switch ENGINE has words for (schema.Knob.add_engine), on: a switch declared since is
+    held to the engine's parser too, unnamed here."""
+    switches = {k.variable: True for k in schema.KNOBS if k.type == "bool" and k.default is False and k.words(engine)}
+    return {**switches, **NOT_SWITCHES}
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -108,7 +114,7 @@ def sglang_flags(site: Path) -> set[str]:
 
 
 def rendered(engine: str, **extra: object) -> ServingConfig:
-    values = role_vars("example-8gpu", {"specdeploy_engine": engine, **EVERYTHING, **extra})
+    values = role_vars("example-8gpu", {"specdeploy_engine": engine, **everything(engine), **extra})
     config = ServingConfig.from_vars(by_declaration(values))
     assert config.problems() == [], config.problems()
     return config

@@ -76,8 +76,11 @@ def test_each_documentation_states_the_plugins_own_argument_spec(name):
 
 def _returned_keys(name: str) -> set[str]:
     """The result keys a plugin can give: its string constants, and what it passes through whole."""
-    source = (ROOT / "ansible/action_plugins" / f"{name}.py").read_text()
-    keys = {n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    sources = [ROOT / "ansible/action_plugins" / f"{name}.py"]
+    if name == "specdeploy_serve":  # the deploy it hands over to (specdeploy.serve.deploy)
+        sources += [ROOT / "src/specdeploy/serve/deploy.py", ROOT / "src/specdeploy/serve/deploy_parts.py"]
+    keys = {n.value for source in sources for n in ast.walk(ast.parse(source.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)}  # fmt: skip
     if name == "specdeploy_serve":  # {**asdict(outcome), ...}
         keys |= {field.name for field in dataclasses.fields(Outcome)}
     if name == "specdeploy_engine_image_context":  # {**dockerfile.prepare_context(...), ...} (its body: _prepare)

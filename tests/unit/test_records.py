@@ -7,7 +7,6 @@ RolloutRecord.to_json, the run folder's files from the watchdog's, the gate's an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -22,6 +21,7 @@ from specdeploy.connection import CommandHost
 from specdeploy.errors import SpecdeployError
 from specdeploy.record_types import Bench, Figures, Gate, PrewarmReport
 from specdeploy.records import HostRecords, RolloutRecord, Serving
+from specdeploy.serve import deploy_parts
 from specdeploy.serve.rollout import Outcome
 from specdeploy.watch.watchdog import Verdict
 from tests.unit.gate.test_benchmark import READY, REAL, FakeEngineContainer, gate
@@ -241,14 +241,6 @@ PREWARM_JSON = r"""{
 """
 
 
-def _plugin() -> Any:
-    spec = importlib.util.spec_from_file_location("serve_action", ROOT / "ansible/action_plugins/specdeploy_serve.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _lines(text: str, *pairs: tuple[str, str]) -> str:
     for old, new in pairs:
         assert text.count(old) == 1, old
@@ -283,7 +275,7 @@ def test_the_action_writes_current_json_byte_for_byte_as_the_roles_copy_task_did
     config = {k: v for k, v in CONFIG.items() if k != "api_key_set"}
     args = {"action": action, "image": FIRST if action == "deploy" else None, "config": config,
             "engine_image_profile": "vllm-cpu", "engine_image_drafter_path": "", **extra}  # fmt: skip
-    serving = _plugin().serving(outcome, args, key)
+    serving = deploy_parts.serving(outcome, args, key)
     assert serving.to_json() == text
     assert Serving.from_json(text) == serving
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from specdeploy import __version__, pins
+from specdeploy import __version__, names, pins
 from specdeploy.engine_image import flashinfer, profiles, source, wheels
 from specdeploy.engine_image.profiles import (
     DIGEST,
@@ -79,12 +79,19 @@ def render(
         tool_requirements=TOOL_REQUIREMENTS,
         py_spy_requirement=f"py-spy=={pins.PY_SPY}",
         patch_digest=patch_digest,
-        drafter_digest=drafter_digest,
         drafter_dir=DRAFTER_DIR,
         loader_requirements=loader_requirements,
         # "" none, "download" vLLM's own download, else a folder's wheels (engine_image.flashinfer)
         flashinfer_kernels=flashinfer_kernels,
         flashinfer_folder=flashinfer.CONTEXT_FOLDER,
+        labels={
+            names.PROFILE_LABEL: prof.name,
+            names.ENGINE_LABEL: prof.engine,
+            names.ENGINE_VERSION_LABEL: prof.version,
+            names.PATCH_DIGEST_LABEL: patch_digest,
+            names.DRAFTER_DIGEST_LABEL: drafter_digest,
+            names.VERSION_LABEL: __version__,
+        },
     )
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from specdeploy import names
 from specdeploy.engine_image.profiles import DRAFTER_DIR
-from specdeploy.serve import engine_words, loaders, variables
+from specdeploy.serve import engine_words, loaders, schema, variables
+from specdeploy.serve.knob_fields import KnobFields
 from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
-from specdeploy.serve.schema import FIELD_DEFAULTS as DEFAULT
 
 MODEL_MOUNT = "/models/target"
 CONTAINER = names.ENGINE_CONTAINER
@@ -25,75 +25,13 @@ CONFIG_LABEL = "io.specdeploy.serve-config"
 DP_RANKS_LABEL = "io.specdeploy.data-parallel-ranks"
 
 
-# Each field is a knob of specdeploy.serve.schema (its doc, rule and role default are there; the
-# defaults below are taken from it, so the role and a config built here cannot disagree).
+# Every knob's field is KnobFields', generated from specdeploy.serve.schema (type, default, doc): real
+# fields rather than a mapping with typed accessors, so that mypy --strict still checks each use by
+# name and type (cfg.tensor_parallel_size is an int) and callers keep their attributes. Here: what is
+# no knob, the rules over several fields, and the rendering (a simple flag's from its knob's words).
 @dataclass(frozen=True)
-class ServingConfig:
-    engine: str
-    image: str
-    model_path: str  # on the host; mounted read-only at MODEL_MOUNT
-    served_model_name: str
-    tensor_parallel_size: int = DEFAULT["tensor_parallel_size"]
-    pipeline_parallel_size: int = DEFAULT["pipeline_parallel_size"]
-    max_model_len: int | None = DEFAULT["max_model_len"]
-    speculative_method: str = DEFAULT["speculative_method"]
-    num_speculative_tokens: int = DEFAULT["num_speculative_tokens"]
+class ServingConfig(KnobFields):
     drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in (not a role variable)
-    extra_args: tuple[str, ...] = DEFAULT["extra_args"]
-    env: dict[str, str] = field(default_factory=dict)
-    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path (read-only)
-    port: int = DEFAULT["port"]
-    bind_address: str = DEFAULT["bind_address"]
-    api_key: str | None = DEFAULT["api_key"]
-    gpus: str = DEFAULT["gpus"]
-    # host: NCCL and the engines' shared-memory queues use the host's /dev/shm (sized by the host);
-    # private: the container's own /dev/shm of shm_size (docker ignores shm_size with ipc=host).
-    ipc_mode: str = DEFAULT["ipc_mode"]
-    shm_size: str = DEFAULT["shm_size"]
-    # -1: unlimited (pinned host memory for NCCL/CUDA). Raising it needs CAP_SYS_RESOURCE on the
-    # host's container engine; the test bed has none, so its inventory keeps the host's limit.
-    memlock_bytes: int = DEFAULT["memlock_bytes"]
-    stack_bytes: int = DEFAULT["stack_bytes"]
-    # Preflight's GPU peer-to-peer verdict (gpu.checks.nccl_recommendations: env, vllm_args,
-    # sglang_args, reason), or serving_p2p's override of it (schema.collect), applied as given:
-    # the rule lives there once. {}: no GPUs were read.
-    nccl: dict[str, Any] = field(default_factory=dict)
-    # Models with custom code (config.json `auto_map`: Kimi-K2.5's config and tokenizer) and the
-    # chat parsers the model card asks for; both engines register `kimi_k2` for tools and reasoning.
-    trust_remote_code: bool = DEFAULT["trust_remote_code"]
-    tool_call_parser: str = DEFAULT["tool_call_parser"]
-    reasoning_parser: str = DEFAULT["reasoning_parser"]
-    # The SM120 recipe, each in the engine's own words (serve.engine_words): on SM120 sglang-kernel's
-    # FA3/FlashMLA libraries carry no sm_120 code, and vLLM's drafter never inherits the target's backend.
-    attention_backend: str = DEFAULT["attention_backend"]
-    draft_attention_backend: str = DEFAULT["draft_attention_backend"]
-    kv_cache_dtype: str = DEFAULT["kv_cache_dtype"]
-    draft_kv_cache_dtype: str = DEFAULT["draft_kv_cache_dtype"]
-    expert_parallel: bool = DEFAULT["expert_parallel"]
-    gpu_memory_fraction: float | None = DEFAULT["gpu_memory_fraction"]
-    max_batched_tokens: int | None = DEFAULT["max_batched_tokens"]
-    max_running_requests: int | None = DEFAULT["max_running_requests"]
-    encoder_tp_mode: str = DEFAULT["encoder_tp_mode"]
-    language_model_only: bool = DEFAULT["language_model_only"]
-    pcie_allreduce: bool = DEFAULT["pcie_allreduce"]
-    # Seconds a stopped engine may spend finishing in-flight requests (vLLM's --shutdown-timeout,
-    # >= 0.18). A fleet host leaves the router first, so these are the last requests it serves.
-    drain_timeout: int = DEFAULT["drain_timeout"]
-    # One model across hosts with the engines' own multi-node launch (no Ray): vLLM
-    # --nnodes/--node-rank/--master-addr/--master-port, ranks > 0 --headless (no API server);
-    # SGLang --nnodes/--node-rank/--dist-init-addr. Its ranks talk on ports of their own choosing,
-    # so a multi-node engine runs on the host's network.
-    nnodes: int = DEFAULT["nnodes"]
-    node_rank: int = DEFAULT["node_rank"]
-    master_addr: str = DEFAULT["master_addr"]
-    master_port: int = DEFAULT["master_port"]
-    multi_node: str = DEFAULT["multi_node"]
-    # The weight loader (specdeploy.serve.loaders): "" for the engine's default, no flag.
-    load_format: str = DEFAULT["load_format"]
-    # The rollout warms the page cache first (serving_warm_page_cache, on in the role): a loader
-    # that would read past it is told not to (loaders.Loader.environment). A config built by hand
-    # has warmed nothing, so this default is False, not the role's.
-    page_cache_warmed: bool = False
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -144,8 +82,9 @@ class ServingConfig:
             )
         return [
             *out,
-            *engine_words.owned_flag_problems(engine, self.extra_args),
-            *engine_words.owned_env_problems(self.env),
+            *schema.owned_flag_problems(engine, self.extra_args),
+            *schema.owned_env_problems(self.env),
+            *schema.unsaid_problems(engine, self),
         ]
 
     def _multi_node_problems(self) -> list[str]:
@@ -219,40 +158,22 @@ class ServingConfig:
                                     "draft_tensor_parallel_size": 1}  # fmt: skip
             # The drafter's own backend and KV dtype live in the one speculative config: vLLM keeps
             # only the last --speculative-config, so nothing else may say them.
-            if self.draft_attention_backend:
-                spec["attention_backend"] = engine_words.attention_backend("vllm", self.draft_attention_backend, True)
-            if self.draft_kv_cache_dtype:
-                spec["kv_cache_dtype"] = engine_words.kv_cache_dtype("vllm", self.draft_kv_cache_dtype, True)
+            for name, said in schema.SPECULATIVE_KEYS:
+                if value := getattr(self, name):
+                    spec[said.key] = said.say(value)
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if self.drain_timeout:
             cmd += ["--shutdown-timeout", str(self.drain_timeout)]
         nccl = (str(a) for a in self.nccl.get("vllm_args", []))
-        return [*cmd, *self._recipe_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
+        return [*cmd, *self._knob_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
                 *nccl, *self.extra_args]  # fmt: skip
 
-    def _recipe_args(self) -> list[str]:
-        """The recipe's flags in the engine's words (checked by _recipe_problems first)."""
-        vllm, args = self.engine == "vllm", []
-        if self.attention_backend and vllm:  # (SGLang's sits beside its draft backend, as it served on the H200)
-            args += ["--attention-backend", str(engine_words.attention_backend("vllm", self.attention_backend))]
-        if self.kv_cache_dtype:
-            args += ["--kv-cache-dtype", str(engine_words.kv_cache_dtype(self.engine, self.kv_cache_dtype))]
-        if self.expert_parallel:
-            args += ["--enable-expert-parallel"] if vllm else ["--ep-size", str(self.tensor_parallel_size)]
-        if self.gpu_memory_fraction:
-            args += ["--gpu-memory-utilization" if vllm else "--mem-fraction-static", f"{self.gpu_memory_fraction:g}"]
-        if self.max_batched_tokens:
-            args += ["--max-num-batched-tokens" if vllm else "--chunked-prefill-size", str(self.max_batched_tokens)]
-        if self.max_running_requests:
-            args += ["--max-num-seqs" if vllm else "--max-running-requests", str(self.max_running_requests)]
-        if self.encoder_tp_mode:
-            dp_flag = "--mm-enable-dp-encoder" if self.encoder_tp_mode == "data" else "--no-mm-enable-dp-encoder"
-            args += ["--mm-encoder-tp-mode", self.encoder_tp_mode] if vllm else [dp_flag]
-        if self.language_model_only:
-            args += ["--language-model-only"]
-        return args
+    def _knob_args(self) -> list[str]:
+        """Each knob's flags in the engine's words, in the declaration's order (schema.FLAGS; its values
+        are checked by _recipe_problems first)."""
+        return [arg for name, said in schema.FLAGS.get(self.engine, ()) for arg in said.args(getattr(self, name), self)]
 
     def _network(self) -> dict[str, Any]:
         if self.host_network:
@@ -312,15 +233,16 @@ class ServingConfig:
         if self.draft_kv_cache_dtype and self.speculative_method == "eagle3":
             word = engine_words.kv_cache_dtype("sglang", self.draft_kv_cache_dtype, True)
             cmd += ["--speculative-draft-kv-cache-dtype", str(word)]
-        return [*cmd, *self._recipe_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
+        return [*cmd, *self._knob_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
                 *(str(a) for a in self.nccl.get("sglang_args", [])), *self.extra_args]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
         found = loaders.loader(self.load_format)
         env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()},
                **(found.environment(self.page_cache_warmed) if found else {}), **self.env}  # fmt: skip
-        if self.pcie_allreduce:
-            env[engine_words.PCIE_ALLREDUCE_ENV[self.engine]] = "1"
+        for name, said in schema.ENVIRONMENT.get(self.engine, ()):  # an opt-in, by environment
+            if getattr(self, name):
+                env[said.env] = "1"
         if self.api_key:  # both engines read it from the environment: never on the command line
             env["VLLM_API_KEY" if self.engine == "vllm" else "SGLANG_API_KEY"] = self.api_key
         return env

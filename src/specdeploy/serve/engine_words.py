@@ -1,5 +1,6 @@
 """Each pinned engine's own words for the serving recipe: the values its parser and registries take,
-the flags and environment variables that say them, and the flags a typed variable owns.
+and the environment variables that say them. Each knob's flags sit on its declaration
+(specdeploy.serve.schema), which uses these words.
 
 Read from the pinned releases' own source (vllm 0.33.0: `v1/attention/backends/registry.py`
 AttentionBackendEnum, `config/cache.py` CacheDType, `config/speculative.py` SpeculativeConfig,
@@ -9,8 +10,6 @@ wheels and fails when a pin moves and a word here no longer matches.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 # vLLM parses --attention-backend and the speculative config's attention_backend as
 # AttentionBackendEnum[value.upper()] (config/attention.py): the enum's member names.
@@ -64,6 +63,8 @@ PCIE_ALLREDUCE_ENV: dict[str, str] = {
     "sglang": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
 }
 
+# vLLM's one speculative config, and its short form: a knob with a key in it owns both.
+VLLM_SPECULATIVE_FLAGS: tuple[str, ...] = ("--speculative-config", "-sc")
 # The speculative-config keys vLLM's SpeculativeConfig takes that we render.
 VLLM_SPECULATIVE_KEYS: tuple[str, ...] = (
     "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "attention_backend", "kv_cache_dtype",
@@ -107,74 +108,9 @@ def unknown(engine: str, kind: str, value: str, draft: bool = False) -> str | No
     return f"{name} has no such {'draft ' if draft else ''}{kind} (its own: {', '.join(known)})"
 
 
-# Flags a typed serving variable owns: passing one through serving_extra_args would fight the
-# variable (vLLM keeps the last --speculative-config, so a dotted one drops the method and drafter).
-_SPECULATIVE = (
-    "serving_speculative_method, serving_num_speculative_tokens, serving_draft_attention_backend, "
-    "serving_draft_kv_cache_dtype"
-)
-OWNED_FLAGS: dict[str, dict[str, str]] = {
-    "vllm": {
-        "--speculative-config": _SPECULATIVE,
-        "-sc": _SPECULATIVE,
-        "--attention-backend": "serving_attention_backend",
-        "--attention-config": "serving_attention_backend",
-        "-ac": "serving_attention_backend",
-        "--kv-cache-dtype": "serving_kv_cache_dtype",
-        "--enable-expert-parallel": "serving_expert_parallel",
-        "-ep": "serving_expert_parallel",
-        "--gpu-memory-utilization": "serving_gpu_memory_fraction",
-        "--max-num-batched-tokens": "serving_max_batched_tokens",
-        "--max-num-seqs": "serving_max_running_requests",
-        "--mm-encoder-tp-mode": "serving_encoder_tp_mode",
-        "--language-model-only": "serving_language_model_only",
-        "--tensor-parallel-size": "serving_tensor_parallel_size",
-        "--max-model-len": "serving_max_model_len",
-        "--load-format": "serving_load_format",
-    },
-    "sglang": {
-        "--speculative-algorithm": "serving_speculative_method",
-        "--speculative-draft-model-path": "serving_speculative_method (the baked-in drafter)",
-        "--speculative-num-steps": "serving_num_speculative_tokens",
-        "--speculative-num-draft-tokens": "serving_num_speculative_tokens",
-        "--speculative-eagle-topk": "serving_num_speculative_tokens (a chain: top-k 1)",
-        "--attention-backend": "serving_attention_backend",
-        "--speculative-draft-attention-backend": "serving_draft_attention_backend",
-        "--kv-cache-dtype": "serving_kv_cache_dtype",
-        "--speculative-draft-kv-cache-dtype": "serving_draft_kv_cache_dtype",
-        "--ep-size": "serving_expert_parallel",
-        "--expert-parallel-size": "serving_expert_parallel",
-        "--ep": "serving_expert_parallel",
-        "--mem-fraction-static": "serving_gpu_memory_fraction",
-        "--chunked-prefill-size": "serving_max_batched_tokens",
-        "--max-running-requests": "serving_max_running_requests",
-        "--mm-enable-dp-encoder": "serving_encoder_tp_mode",
-        "--no-mm-enable-dp-encoder": "serving_encoder_tp_mode",
-        "--language-model-only": "serving_language_model_only",
-        "--tp-size": "serving_tensor_parallel_size",
-        "--context-length": "serving_max_model_len",
-        "--load-format": "serving_load_format",
-    },
-}
-
-# Environment variables a typed variable owns, or that the pinned engine no longer reads.
-OWNED_ENV: dict[str, str] = {
+# Environment variables the pinned engine no longer reads: refused in serving_env, naming what does
+# it now (specdeploy.serve.schema.OWNED_ENV adds those a knob sets).
+UNREAD_ENV: dict[str, str] = {
     # vLLM 0.33 reads no VLLM_ATTENTION_BACKEND: it warns "Unknown vLLM environment variable" and ignores it.
     "VLLM_ATTENTION_BACKEND": "serving_attention_backend (vLLM 0.33 reads no such variable: --attention-backend)",
-    **{name: "serving_pcie_allreduce" for name in PCIE_ALLREDUCE_ENV.values()},
 }
-
-
-def owned_flag_problems(engine: str, extra_args: tuple[str, ...]) -> list[str]:
-    """An extra argument that a typed variable owns, named with that variable."""
-    owned, out = OWNED_FLAGS.get(engine, {}), []
-    for arg in extra_args:
-        flag = arg.split("=", 1)[0]
-        base = flag.split(".", 1)[0] if flag.startswith("--") else flag  # vLLM's dotted --speculative-config.x
-        if base in owned:
-            out.append(f"serving_extra_args: {flag} is said by {owned[base]}; set that instead (one owner per flag)")
-    return out
-
-
-def owned_env_problems(env: Mapping[str, str]) -> list[str]:
-    return [f"serving_env: {name} is said by {OWNED_ENV[name]}; set that instead" for name in env if name in OWNED_ENV]

@@ -19,6 +19,7 @@ from docker.client import DockerClient
 from docker.errors import APIError
 from docker.models.containers import Container
 
+from specdeploy import names
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.records import (
@@ -225,7 +226,7 @@ class Rollout:
             return None
         off = cfg.speculation_off()
         labels = self.host.retry(lambda: self.client.images.get(image_id).labels) or {}
-        version = str(labels.get("io.specdeploy.engine-version") or image_id)
+        version = str(labels.get(names.ENGINE_VERSION_LABEL) or image_id)
         key = gate.baseline_key(cfg.baseline_digest(), version)
         if key in self.record.baselines:
             return self.record.baselines[key]

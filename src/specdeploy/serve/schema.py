@@ -1,23 +1,36 @@
 """The serving interface, declared once: every variable of roles/serving with its type, default,
-allowed values, secrecy, one-line doc and rule.
+allowed values, secrecy, one-line doc and rule, and, for one that feeds the engine, each engine's
+words for it (Knob.add_engine: the flag, speculative-config key or environment variable).
 
-Everything else follows from KNOBS: the role's defaults/main.yml and meta/argument_specs.yml are
-generated from it (`make generate`, specdeploy.serve.generate; a unit test fails on drift), the role
-hands its serving_* variables to ServingConfig by it (no hand-kept mapping: collect()), and
-ServingConfig takes its defaults, coercions and single-value rules from it. A new knob is one
-Knob(...) here; one that feeds the engine is also a ServingConfig field and the code that renders it.
+Everything else follows from KNOBS: the role's defaults/main.yml and meta/argument_specs.yml,
+ServingConfig's fields (specdeploy.serve.knob_fields) and the docs' table of engine words are
+generated from it (`make generate`, specdeploy.serve.generate; `make lint` fails on drift); the role
+hands its serving_* variables to ServingConfig by it (collect()); ServingConfig takes its defaults,
+coercions, single-value rules and simple flags from it; and the flags a knob owns, refused in
+serving_extra_args, are read from it (OWNED_FLAGS). A new engine flag is one entry here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdeploy import names
 from specdeploy.gpu import p2p
+from specdeploy.serve import engine_words as words
 from specdeploy.serve import loaders
-from specdeploy.serve.engine_words import ENCODER_TP_MODES
+from specdeploy.serve.engine_words import ENCODER_TP_MODES, PCIE_ALLREDUCE_ENV
+from specdeploy.serve.knob import (
+    REQUIRED,
+    UNSET,
+    Knob,
+    Words,
+    env_var,
+    flag,
+    flag_by_value,
+    rendered_by_config,
+    speculative_key,
+)
 from specdeploy.serve.rules import (
     Check,
     absolute_path,
@@ -44,64 +57,6 @@ IPC_MODES = ("host", "private", "shareable")
 # How serving_nnodes > 1 spreads one engine: its tensor x pipeline stages over the hosts, or one
 # whole replica per host behind rank 0's API (vLLM's data-parallel launch, --headless on the others).
 MULTI_NODE_MODES = ("model_parallel", "data_parallel")
-
-
-class _Unset:
-    """No default in the role: an optional variable that argument_specs documents."""
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()
-
-
-def _flag(value: Any) -> bool:
-    return str(value).lower() in ("true", "1", "yes")
-
-
-# How an inventory value becomes a ServingConfig field, by type; a knob may bring its own.
-_COERCE: dict[str, Callable[[Any], Any]] = {
-    "int": int,
-    "float": float,
-    "bool": _flag,
-    "list": lambda value: tuple(str(a) for a in value or ()),
-    "dict": lambda value: {str(k): str(v) for k, v in (value or {}).items()},
-}
-
-
-@dataclass(frozen=True)
-class Knob:
-    name: str  # the role variable is serving_<name>
-    type: str  # as argument_specs spells it: str, path, int, float, bool, list, dict
-    default: Any  # the role's default: a YAML value, a Jinja expression (derived), or UNSET
-    doc: str  # argument_specs' description
-    rule: Check | None = None  # None: no single-value rule (checked elsewhere, or free)
-    field: str | None = None  # the ServingConfig field it feeds; None: the role's own (rollout, gate, prewarm)
-    choices: tuple[str, ...] = ()  # also the rule, when none is given
-    no_log: bool = False  # a secret: never collected into a fact, never shown
-    note: str = ""  # the comment above it in defaults/main.yml
-    aside: str = ""  # the comment after it, on its line
-    coerce: Callable[[Any], Any] | None = None  # into its ServingConfig field; None: by type
-    # Added after deployments existed: out of the digest while at its default, so that upgrading
-    # specdeploy alone restarts no engine (a 25-minute load each on the user's model).
-    late: bool = False
-
-    @property
-    def variable(self) -> str:
-        return f"serving_{self.name}"
-
-    @property
-    def derived(self) -> bool:
-        return isinstance(self.default, str) and "{{" in self.default
-
-    @property
-    def check(self) -> Check | None:
-        return self.rule or (choice(self.choices) if self.choices else None)
-
-    def to_field(self, value: Any) -> Any:
-        convert = self.coerce or _COERCE.get(self.type)
-        return convert(value) if convert else value
 
 
 def _engine(name: str, type_: str, default: Any, doc: str, rule: Check | None = None, **more: Any) -> Knob:
@@ -135,16 +90,28 @@ KNOBS: tuple[Knob, ...] = (
     _engine("image", "str", "{{ engine_image_tag | default('') }}",
             "Image tag on the host (default: the build phase's engine_image_tag).",
             note="The image the build phase produced (the engine_image role sets engine_image_tag)."),
+    # A config built by hand names its model (ServingConfig has no default for these two).
     _engine("model_path", "path", names.MODEL_PATH, "The model folder on the host, mounted read-only.",
-            absolute_path, note="The model folder on the host; mounted read-only."),
-    _engine("served_model_name", "str", "model", "The model name the API lists.", name),
-    _engine("tensor_parallel_size", "int", 1, "Tensor-parallel size.", integer(1, 64)),
+            absolute_path, note="The model folder on the host; mounted read-only.", built=REQUIRED),
+    _engine("served_model_name", "str", "model", "The model name the API lists.", name, built=REQUIRED),
+    _engine("tensor_parallel_size", "int", 1, "Tensor-parallel size.", integer(1, 64))
+    .add_engine("vllm", rendered_by_config("--tensor-parallel-size"))
+    .add_engine("sglang", rendered_by_config("--tp-size")),
     _engine("pipeline_parallel_size", "int", 1, "Pipeline-parallel size.", integer(1, 64)),
     _engine("max_model_len", "int", 0, "Max model length; 0 is the engine's default.", integer(0),
-            aside="0: the engine's default (the model's)", coerce=lambda value: int(value) if value else None),
+            aside="0: the engine's default (the model's)", optional=True)
+    .add_engine("vllm", rendered_by_config("--max-model-len"))
+    .add_engine("sglang", rendered_by_config("--context-length")),
+    # vLLM keeps only the last --speculative-config: every knob it carries owns it.
     _engine("speculative_method", "str", "eagle3", "eagle3 (the baked-in drafter) or none.",
-            choices=SPECULATIVE_METHODS),
-    _engine("num_speculative_tokens", "int", 3, "Speculative tokens per step.", integer(1, 16)),
+            choices=SPECULATIVE_METHODS)
+    .add_engine("vllm", rendered_by_config(*words.VLLM_SPECULATIVE_FLAGS, doc="its `method`"))
+    .add_engine("sglang", rendered_by_config("--speculative-algorithm"))
+    .add_engine("sglang", rendered_by_config("--speculative-draft-model-path", note="the baked-in drafter")),
+    _engine("num_speculative_tokens", "int", 3, "Speculative tokens per step.", integer(1, 16))
+    .add_engine("vllm", rendered_by_config(*words.VLLM_SPECULATIVE_FLAGS, doc="its `num_speculative_tokens`"))
+    .add_engine("sglang", rendered_by_config("--speculative-num-steps", "--speculative-num-draft-tokens"))
+    .add_engine("sglang", rendered_by_config("--speculative-eagle-topk", note="a chain: top-k 1")),
     _engine("extra_args", "list", [], "Extra engine arguments.", argument_list),
     _engine("env", "dict", {}, "Extra environment for the engine.", environment),
     _engine("volumes", "dict", {}, "Extra read-only mounts (host path to container path).", volumes,
@@ -155,13 +122,17 @@ KNOBS: tuple[Knob, ...] = (
     # Checked with the bind address (ServingConfig.problems), never shown: no single-value rule.
     _engine("api_key", "str", "", "API key (ansible-vault); required off loopback.", no_log=True,
             note="From ansible-vault (ansible-vault encrypt_string --name serving_api_key); never logged.",
-            coerce=lambda value: value or None),
+            optional=True),
     _engine("gpus", "str", "cdi", "GPU access: cdi, device_requests or none.", choices=GPU_ACCESS,
             note="cdi (nvidia.com/gpu=all; Container Toolkit >= 1.18), device_requests (--gpus all), none (CPU)."),
+    # host: NCCL and the engines' shared-memory queues use the host's /dev/shm (sized by the host);
+    # private: the container's own /dev/shm of shm_size (docker ignores shm_size with ipc=host).
     _engine("ipc_mode", "str", "host", "IPC namespace of the engine; shm size applies when not host.",
             choices=IPC_MODES,
             note="host: the host's /dev/shm (NCCL, the engines' shm queues); private: its own, of serving_shm_size."),
     _engine("shm_size", "str", "16g", "Shared memory size.", size),
+    # Raising memlock needs CAP_SYS_RESOURCE on the host's container engine; the test bed has none,
+    # so its inventory keeps the host's limit.
     _engine("memlock_bytes", "int", -1,
             "memlock ulimit of the engine (-1 unlimited; raising it needs CAP_SYS_RESOURCE).", integer(-1),
             note="-1: unlimited memlock (pinned memory); the stack as NVIDIA's containers recommend (64 MiB)."),
@@ -170,10 +141,12 @@ KNOBS: tuple[Knob, ...] = (
           note="PCIe-only hosts with >2 GPUs: NCCL P2P off and custom all-reduce off unless the host's\n"
                "IOMMU/ACS is fixed: iommu=pt or off on the kernel command line (preflight reads it), or ACS\n"
                "disabled, which only the operator knows: say so with serving_iommu_acs_fixed: true."),
+    # Or serving_p2p's override of the verdict (collect()), applied as given: the rule lives there once.
+    # {}: no GPUs were read.
     _engine("nccl", "dict", "{{ preflight_nccl | default({}) }}",
             "The GPU peer-to-peer verdict (env, vllm_args, sglang_args, reason); default: preflight's.",
             note="The engine's peer-to-peer settings: preflight's verdict (specdeploy.gpu.checks), applied as given.",
-            coerce=lambda value: dict(value or {})),
+            coerce=lambda value: dict(value or {}), py_type="dict[str, Any]", built={}),
     # Not a field: collect() applies it to nccl, so the engine's flags and the digest follow what it gives.
     _role("p2p", "str", "auto", "GPU peer-to-peer: auto takes serving_nccl; on or off is the operator's override.",
           _p2p_mode, choices=p2p.MODES,
@@ -190,6 +163,8 @@ KNOBS: tuple[Knob, ...] = (
             parser_name),
     # The SM120 recipe (docs/serve.md#the-recipe-for-sm120), each value in the pinned engine's own words
     # (specdeploy.serve.engine_words holds them, read from the releases) and refused before any host is touched.
+    # vLLM's --attention-backend sits with the recipe's flags; SGLang's beside its draft backend, as it
+    # served on the H200.
     _engine("attention_backend", "str", "",
             "The target's attention backend in the engine's words (SM120: vLLM TRITON_MLA, SGLang triton).",
             backend_name,
@@ -197,44 +172,72 @@ KNOBS: tuple[Knob, ...] = (
                  "AttentionBackendEnum (TRITON_MLA on SM120: --attention-backend, and the speculative config's\n"
                  "attention_backend: the drafter never inherits the target's), SGLang's --attention-backend and\n"
                  "--speculative-draft-attention-backend (triton on SM120: sglang-kernel's FA3 and FlashMLA carry\n"
-                 "no sm_120 code). Empty: the engine's choice."),
+                 "no sm_120 code). Empty: the engine's choice.")
+    .add_engine("vllm", flag("--attention-backend", "--attention-config", "-ac",
+                             say=lambda value: words.attention_backend("vllm", value),
+                             doc="AttentionBackendEnum"))
+    .add_engine("sglang", rendered_by_config("--attention-backend")),
     _engine("draft_attention_backend", "str", "",
-            "The drafter's attention backend in the engine's words; empty for the engine's choice.", backend_name),
+            "The drafter's attention backend in the engine's words; empty for the engine's choice.", backend_name)
+    .add_engine("vllm", speculative_key("attention_backend",
+                                        lambda value: words.attention_backend("vllm", value, True)))
+    .add_engine("sglang", rendered_by_config("--speculative-draft-attention-backend")),
     _engine("kv_cache_dtype", "str", "",
             "KV-cache dtype, one value for both engines (fp8 is fp8_e4m3 in SGLang's words); empty for auto.",
             backend_name, late=True,
             note="KV-cache dtype of the target and of the drafter (vLLM's speculative config kv_cache_dtype,\n"
                  "SGLang's --speculative-draft-kv-cache-dtype; empty: the target's): one value, translated into\n"
-                 "each engine's words (fp8 -> SGLang fp8_e4m3) and refused where the engine lacks it."),
+                 "each engine's words (fp8 -> SGLang fp8_e4m3) and refused where the engine lacks it.")
+    .add_engine("vllm", flag("--kv-cache-dtype", say=lambda value: words.kv_cache_dtype("vllm", value)))
+    .add_engine("sglang", flag("--kv-cache-dtype", say=lambda value: words.kv_cache_dtype("sglang", value),
+                               doc="`fp8` said as `fp8_e4m3`")),
     _engine("draft_kv_cache_dtype", "str", "", "The drafter's KV-cache dtype; empty for the target's.",
-            backend_name, late=True),
+            backend_name, late=True)
+    .add_engine("vllm", speculative_key("kv_cache_dtype", lambda value: words.kv_cache_dtype("vllm", value, True)))
+    .add_engine("sglang", rendered_by_config("--speculative-draft-kv-cache-dtype")),
     _engine("expert_parallel", "bool", False,
             "Expert parallelism over the tensor-parallel ranks (vLLM --enable-expert-parallel, SGLang --ep-size).",
-            boolean, late=True),
+            boolean, late=True)
+    .add_engine("vllm", flag("--enable-expert-parallel", "-ep"))
+    .add_engine("sglang", flag("--ep-size", "--expert-parallel-size", "--ep", value_of="tensor_parallel_size",
+                               doc="= TP size")),
     _engine("gpu_memory_fraction", "float", 0,
             "GPU memory the engine may take, a fraction (--gpu-memory-utilization, --mem-fraction-static); 0: default.",
-            number(0, 1), late=True,
-            coerce=lambda value: float(value) if value else None),
+            number(0, 1), late=True, optional=True)
+    .add_engine("vllm", flag("--gpu-memory-utilization", say=lambda value: f"{value:g}"))
+    .add_engine("sglang", flag("--mem-fraction-static", say=lambda value: f"{value:g}")),
     _engine("max_batched_tokens", "int", 0,
             "Tokens one step takes (--max-num-batched-tokens, SGLang --chunked-prefill-size); 0: default.",
-            integer(0), late=True, coerce=lambda value: int(value) if value else None),
+            integer(0), late=True, optional=True)
+    .add_engine("vllm", flag("--max-num-batched-tokens"))
+    .add_engine("sglang", flag("--chunked-prefill-size")),
     _engine("max_running_requests", "int", 0,
             "Requests served at once (vLLM --max-num-seqs, SGLang --max-running-requests); 0 for the engine's default.",
-            integer(0), late=True, coerce=lambda value: int(value) if value else None),
+            integer(0), late=True, optional=True)
+    .add_engine("vllm", flag("--max-num-seqs"))
+    .add_engine("sglang", flag("--max-running-requests")),
     _engine("encoder_tp_mode", "str", "",
             "The vision encoder under TP: weights (sharded) or data (a copy per rank); empty for the engine's default.",
-            late=True, choices=("", *ENCODER_TP_MODES)),
+            late=True, choices=("", *ENCODER_TP_MODES))
+    .add_engine("vllm", flag("--mm-encoder-tp-mode"))
+    .add_engine("sglang", flag_by_value(data="--mm-enable-dp-encoder", weights="--no-mm-enable-dp-encoder")),
     _engine("language_model_only", "bool", False,
             "Serve the language model only, no vision encoder (--language-model-only on both engines).", boolean,
-            late=True),
+            late=True)
+    .add_engine("vllm", flag("--language-model-only"))
+    .add_engine("sglang", flag("--language-model-only")),
     _engine("pcie_allreduce", "bool", False,
             "FlashInfer's PCIe IPC all-reduce for TP 2/4/8 (an opt-in of both engines, by environment).",
-            boolean, late=True),
+            boolean, late=True)
+    .add_engine("vllm", env_var(PCIE_ALLREDUCE_ENV["vllm"]))
+    .add_engine("sglang", env_var(PCIE_ALLREDUCE_ENV["sglang"])),
+    # A fleet host leaves the router first, so the drain's are the last requests it serves.
     _engine("drain_timeout", "int", 0,
             "Seconds a stopped engine may finish in-flight requests (vLLM --shutdown-timeout); 0 for none.",
             integer(0, 3600),
             note="Seconds a stopped engine may finish its in-flight requests (vLLM >= 0.18: --shutdown-timeout).\n"
                  "In a fleet the host leaves the router first, so no request is cut; 0: no drain."),
+    # The engines' own multi-node launch (no Ray): its ranks talk on ports of their own choosing.
     _engine("nnodes", "int", 1, "Hosts one model spans (the engine's multi-node launch; 1 for one host).",
             integer(1, 64),
             note="One model across hosts (the engines' own multi-node launch; each host one rank, the same\n"
@@ -262,12 +265,15 @@ KNOBS: tuple[Knob, ...] = (
             _loader, late=True,
             note="The weight loader: \"\" (the engine's default), safetensors, fastsafetensors, instanttensor (GPU\n"
                  "only), runai_streamer, runai_streamer_sharded (vLLM only). The build bakes in the package a loader\n"
-                 "needs (specdeploy.serve.loaders); an unsupported value is refused before any host is touched."),
+                 "needs (specdeploy.serve.loaders); an unsupported value is refused before any host is touched.")
+    .add_engine("vllm", rendered_by_config("--load-format"))
+    .add_engine("sglang", rendered_by_config("--load-format")),
     # ServingConfig.page_cache_warmed: a loader that would read past a warmed page cache is told not to.
+    # A config built by hand has warmed nothing, so its default there is False, not the role's.
     _engine("warm_page_cache", "bool", True,
             "Read the model into the page cache while the old engine serves "
             "(all of it, or its first shards up to the bound).",
-            boolean, field="page_cache_warmed",
+            boolean, field="page_cache_warmed", built=False,
             note="The prewarm (specdeploy.serve.prewarm) reads the model into the page cache while the old engine\n"
                  "serves: parallel readers (0: one per CPU, up to 16), in the engine's read order, up to\n"
                  "serving_prewarm_max_fraction of MemAvailable and, when > 0, serving_prewarm_max_gb; a larger model\n"
@@ -334,6 +340,66 @@ FIELD_DEFAULTS: dict[str, Any] = {
 }
 DIGEST_SKIPS_AT_DEFAULT: dict[str, Any] = {k.field: FIELD_DEFAULTS[k.field] for k in KNOBS if k.field and k.late}
 
+# What ServingConfig renders from each engine's words, in the declaration's order: (field, words).
+FLAGS: dict[str, tuple[tuple[str, Words], ...]] = {
+    e: tuple((k.field, w) for k in KNOBS if k.field for w in k.words(e) if w.renders_flag) for e in ENGINES
+}
+SPECULATIVE_KEYS: tuple[tuple[str, Words], ...] = tuple(
+    (k.field, w) for k in KNOBS if k.field for w in k.words("vllm") if w.key
+)
+ENVIRONMENT: dict[str, tuple[tuple[str, Words], ...]] = {
+    e: tuple((k.field, w) for k in KNOBS if k.field for w in k.words(e) if w.env) for e in ENGINES
+}
+
+
+def _owners(engine: str) -> dict[str, str]:
+    """Each flag a knob owns on ENGINE -> its owners, in the declaration's order (one flag may have several:
+    vLLM's --speculative-config carries four knobs)."""
+    owners: dict[str, dict[str, None]] = {}
+    for knob in KNOBS:
+        for said in knob.words(engine):
+            for owned in said.owned:
+                owners.setdefault(owned, {})[knob.variable + (f" ({said.note})" if said.note else "")] = None
+    return {owned: ", ".join(named) for owned, named in owners.items()}
+
+
+# Flags a typed serving variable owns: passing one through serving_extra_args would fight the
+# variable (vLLM keeps the last --speculative-config, so a dotted one drops the method and drafter).
+OWNED_FLAGS: dict[str, dict[str, str]] = {engine: _owners(engine) for engine in ENGINES}
+# Environment variables a typed variable owns, or that the pinned engine no longer reads.
+OWNED_ENV: dict[str, str] = {
+    **words.UNREAD_ENV,
+    **{said.env: k.variable for k in KNOBS for _, said in k.engines if said.env},
+}
+
+
+def owned_flag_problems(engine: str, extra_args: Iterable[str]) -> list[str]:
+    """An extra argument that a typed variable owns, named with that variable."""
+    owned, out = OWNED_FLAGS.get(engine, {}), []
+    for arg in extra_args:
+        given = arg.split("=", 1)[0]
+        base = given.split(".", 1)[0] if given.startswith("--") else given  # vLLM's dotted --speculative-config.x
+        if base in owned:
+            out.append(f"serving_extra_args: {given} is said by {owned[base]}; set that instead (one owner per flag)")
+    return out
+
+
+def owned_env_problems(env: Mapping[str, str]) -> list[str]:
+    return [f"serving_env: {name} is said by {OWNED_ENV[name]}; set that instead" for name in env if name in OWNED_ENV]
+
+
+def unsaid_problems(engine: str, config: object, knobs: Iterable[Knob] = KNOBS) -> list[str]:
+    """A knob set away from its default for an engine that has no words for it (only the other
+    engine's): refused, rather than dropped without a word."""
+    out = []
+    for knob in knobs:
+        if knob.field and knob.engines and not knob.words(engine):
+            value = getattr(config, knob.field)
+            if value != knob.config_default:
+                others = ", ".join(sorted({e for e, _ in knob.engines}))
+                out.append(f"{knob.variable}={value!r}: {engine} has no such setting (only {others}); leave it unset")
+    return out
+
 
 P2P = "serving_p2p"
 
@@ -351,8 +417,7 @@ def collect(values: Mapping[str, Any]) -> dict[str, Any]:
     for variable in config_variables(values):
         knob, value = BY_VARIABLE[variable], values[variable]
         if knob.field:
-            convert = _COERCE.get(knob.type) if knob.type in ("int", "bool") else None
-            out[knob.field] = convert(value) if convert and value is not None else value
+            out[knob.field] = knob.collected(value)
     mode = p2p.mode(values.get(P2P, "auto"))
     if mode != "auto":  # auto leaves nccl as it was: no engine deployed before serving_p2p changes its digest
         out["nccl"] = p2p.override_settings(dict(out.get("nccl") or {}), str(mode))

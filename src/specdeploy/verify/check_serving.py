@@ -79,13 +79,13 @@ def test_image_patch_manifest_and_drafter_match_the_inventory(
     prof = profiles.profile(
         hostvars.get("engine_image_profile") or record.get("engine_image_profile") or profiles.DEFAULT
     )
-    assert labels["io.specdeploy.patch-digest"] == profiles.expected_patch_digest(prof), "patch manifest differs"
+    assert labels[names.PATCH_DIGEST_LABEL] == profiles.expected_patch_digest(prof), "patch manifest differs"
     path = hostvars.get("engine_image_drafter_path") or record.get("engine_image_drafter_path")
     assert path, "the drafter's folder is unknown: set engine_image_drafter_path, or redeploy (make deploy records it)"
     out = host.run(f"cd {path} && find . -type f -exec sha256sum {{}} +")
     assert out.rc == 0, f"cannot hash the drafter at {path}: {out.stderr.strip()}"
     files = {name.removeprefix("./"): sha for sha, name in (line.split(None, 1) for line in out.stdout.splitlines())}
-    assert labels["io.specdeploy.drafter-digest"] == drafter.digest(files), f"the image's drafter is not {path}"
+    assert labels[names.DRAFTER_DIGEST_LABEL] == drafter.digest(files), f"the image's drafter is not {path}"
 
 
 def test_engine_is_proven_ready_in_the_rollout_record(host: Host, hostvars: dict[str, Any]) -> None:

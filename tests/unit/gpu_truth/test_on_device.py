@@ -204,8 +204,9 @@ def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_
     assert on_device.bound(570) == 1
 
 
-def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(tmp_path: Path,
-                                                                                      monkeypatch) -> None:
+def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
     now = [10_000.0]
     monkeypatch.setattr(on_device.time, "time", lambda: now[0])

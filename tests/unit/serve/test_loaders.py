@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specdeploy import pins
-from specdeploy.serve import loaders
+from specdeploy.serve import loaders, schema
 from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.variables import problems
 from tests.unit.engine_image.test_profiles import hadolint, render
@@ -91,9 +91,9 @@ def test_upgrading_specdeploy_alone_changes_no_digest():
     from dataclasses import asdict  # noqa: PLC0415
 
     cfg = ServingConfig.from_vars({**BASE, "engine": "vllm", "page_cache_warmed": True})
-    late = ("load_format", "page_cache_warmed", "kv_cache_dtype", "draft_kv_cache_dtype", "expert_parallel",
-            "gpu_memory_fraction", "max_batched_tokens", "max_running_requests", "encoder_tp_mode",
-            "language_model_only", "pcie_allreduce", "multi_node")  # fmt: skip
+    # The knobs declared late (schema.Knob.late), and the warmed page cache, an input only through the loader.
+    late = {k.field for k in schema.KNOBS if k.late} | {"page_cache_warmed"}
+    assert {"load_format", "kv_cache_dtype", "language_model_only", "multi_node"} <= late
     before = {k: v for k, v in asdict(cfg).items() if k not in late}
     before["api_key"] = None
     assert cfg.digest() == "sha256:" + hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()

@@ -22,7 +22,7 @@ ROLE = ROOT / "roles/serving"
 
 def test_the_role_files_are_what_the_declaration_generates():
     """CI's drift check: edit specdeploy/serve/schema.py, then `make generate`."""
-    for path, text in generate.files(ROLE).items():
+    for path, text in {**generate.files(ROLE), **generate.project_files(ROOT)}.items():
         assert path.read_text() == text, f"{path.relative_to(ROOT)} drifted from specdeploy.serve.schema: make generate"
 
 
@@ -44,14 +44,22 @@ def test_the_generated_files_read_back_as_declared():
 
 
 def test_generate_check_fails_on_drift_and_writing_fixes_it(tmp_path, capsys):
-    role = tmp_path / "serving"
+    role, root = tmp_path / "serving", tmp_path / "project"
     for path, text in generate.files(ROLE).items():
         (role / path.relative_to(ROLE)).parent.mkdir(parents=True, exist_ok=True)
         (role / path.relative_to(ROLE)).write_text(text.replace("serving_port: 8000", "serving_port: 8001"))
-    assert generate.main(["--check", "--role", str(role)]) == 1
-    assert "defaults/main.yml differs" in capsys.readouterr().err
-    assert generate.main(["--role", str(role)]) == 0
-    assert generate.main(["--check", "--role", str(role)]) == 0
+    (root / "docs").mkdir(parents=True)
+    (root / generate.FIELDS_MODULE).parent.mkdir(parents=True)
+    table = generate.render_table()
+    (root / generate.DOCS).write_text((ROOT / generate.DOCS).read_text().replace(table, "| stale |"))
+    given = ["--role", str(role), "--root", str(root)]
+    assert generate.main(["--check", *given]) == 1
+    err = capsys.readouterr().err
+    assert "defaults/main.yml differs" in err and "knob_fields.py differs" in err and "serve.md differs" in err
+    assert generate.main(given) == 0
+    assert generate.main(["--check", *given]) == 0
+    assert (root / generate.FIELDS_MODULE).read_text() == (ROOT / generate.FIELDS_MODULE).read_text()
+    assert (root / generate.DOCS).read_text() == (ROOT / generate.DOCS).read_text()
 
 
 TYPES = {"int": {"int"}, "int | None": {"int"}, "float | None": {"float"}, "str": {"str", "path"},
@@ -98,10 +106,10 @@ HAND_KEPT = ["engine", "image", "model_path", "served_model_name", "tensor_paral
              "memlock_bytes:int", "stack_bytes:int", "nccl", "trust_remote_code:bool", "tool_call_parser",
              "reasoning_parser", "drain_timeout", "attention_backend", "draft_attention_backend", "nnodes", "node_rank",
              "master_addr", "master_port", "load_format"]  # fmt: skip
-# Knobs added since (issue 26's recipe, issue 28's multi_node), out of the digest at their defaults: the
-# digests below hold.
-RECIPE = {"kv_cache_dtype", "draft_kv_cache_dtype", "expert_parallel", "gpu_memory_fraction", "max_batched_tokens",
-          "max_running_requests", "encoder_tp_mode", "language_model_only", "pcie_allreduce", "multi_node"}  # fmt: skip
+# Knobs added since (issue 26's recipe, issue 28's multi_node, and any declared late after), out of the
+# digest at their defaults: the digests below hold.
+RECIPE = {k.field for k in schema.KNOBS if k.late} - {item.partition(":")[0] for item in HAND_KEPT}
+assert {"kv_cache_dtype", "pcie_allreduce", "multi_node"} <= RECIPE
 PCIE = {"env": {"NCCL_P2P_DISABLE": "1"}, "vllm_args": ["--disable-custom-all-reduce"],
         "sglang_args": ["--disable-custom-all-reduce"], "reason": "8 GPUs joined only by PCIe"}  # fmt: skip
 # Digests computed with the code before issue 25 (the hand-kept mapping, its defaults/main.yml and
