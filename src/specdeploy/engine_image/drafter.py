@@ -198,7 +198,8 @@ def problems(
         if vocab is not None and vocab != target.get("vocab_size"):
             found.append(f"drafter vocabulary {vocab} differs from the target's {target.get('vocab_size')}")
     if manifest_text is None:
-        found.append(f"no {MANIFEST} manifest in the drafter folder (make one: sha256sum * > {MANIFEST})")
+        make = f"find . -type f ! -name {MANIFEST} -exec sha256sum {{}} + > {MANIFEST}"  # subfolders too, not itself
+        found.append(f"no {MANIFEST} manifest in the drafter folder (make one in it: {make})")
         return found
     expected = parse_manifest(manifest_text)
     actual = {name: digest for name, digest in files_sha256.items() if name != MANIFEST}
