@@ -121,12 +121,16 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     whole = not (args.tags or args.check)
     digest = converged.inputs_digest(project_root(), inv, args.extra_vars) if whole else ""
     clock = time.monotonic()
-    found = converged.proven(inv, digest) if whole and not args.full else None
+    check = converged.proven(inv, digest) if whole and not args.full else converged.Reading(None)
+    found = check.hosts
+    if check.why_not:
+        err.print(f"[yellow]not converged[/]: {check.why_not}; running the playbook")
     if found is not None:
         for host, reading in found.items():
             container_id, image_id = reading["container"][:2]
+            said = check.proofs[host].said
             err.print(f"converged: {host}: the records are as the last whole deploy left them; engine "
-                      f"{container_id[:12]} runs image {image_id[7:19]}, running, /health 200")  # fmt: skip
+                      f"{container_id[:12]} runs image {image_id[7:19]}, running; {said}")  # fmt: skip
         err.print("  the playbook was not run: nothing it would change (make deploy FULL=1 runs it all)")
         _print_table(began, testbed_s, timing_file, proof_s=time.monotonic() - clock)
         err.print(f"[green]deploy ok[/]: {len(found)} host(s), changed=0")

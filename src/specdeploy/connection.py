@@ -18,8 +18,11 @@ from typing import Any
 from docker.client import DockerClient
 from docker.transport.sshconn import SSHHTTPAdapter
 
+from specdeploy import names, proof
 from specdeploy.errors import SpecdeployError
 from specdeploy.targets import Forward, SshSettings, Target, from_hostvars, ssh_command
+
+SSH_ROUND_S = 30.0  # connecting and starting python3 there, on a slow link
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,33 @@ class CommandHost:
         if self.target is None:
             return list(argv)
         return ssh_command(self.target, self.ssh, *(shlex.quote(a) for a in argv))
+
+    def as_root(self, *argv: str) -> list[str]:
+        """ARGV as root on the host: directly when the SSH user is root, else through `sudo -n`."""
+        return self.command("sh", "-c", proof.as_root(*argv))
+
+    def prove_serving(
+        self,
+        container: str = names.ENGINE_CONTAINER,
+        state_dir: str = names.SERVING_STATE_DIR,
+        timeout_s: float = proof.PROOF_TIMEOUT_S,
+    ) -> proof.Proof:
+        """specdeploy.proof run on the host (one SSH round): a bounded completion and the engine's
+        process states. A host that does not answer within the proof's own bounds is named, not waited on."""
+        cmd = self.as_root("python3", "-c", proof.on_host_script(), container, state_dir, str(timeout_s))
+        bound = timeout_s + proof.STUCK_D_S + 2 * proof.DOCKER_TIMEOUT_S + SSH_ROUND_S
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=bound, check=False)
+        except subprocess.TimeoutExpired:
+            return proof.Proof(
+                False, f"{self}: the proof of serving got no answer in {bound:.0f} s (SSH or the host hangs)"
+            )
+        lines = done.stdout.strip().splitlines()
+        try:
+            return proof.Proof.from_json(lines[-1])
+        except (IndexError, ValueError, KeyError):
+            why = done.stderr.strip()[-300:] or f"exit {done.returncode}"
+            return proof.Proof(False, f"{self}: the proof of serving could not run: {why}")
 
     def inspect(self, tag: str, fmt: str = "{{.Id}}") -> str:
         """A field of image TAG; empty when there is no such image."""

@@ -1,16 +1,19 @@
-"""A converged `make deploy`, proven by what proves it: the record, the image, the engine's health.
+"""A converged `make deploy`, proven by what proves it: the record, the image, a real completion.
 
 After a whole `site.yml` run that ended well (no --tags, no --check), the CLI keeps a ledger on the
 controller: a digest of the deploy's inputs (the checkout's playbooks, roles and code, the inventory,
 the extra variables, ANSIBLE_*/SPECDEPLOY_* settings) and, per host, what one SSH read found there: the
 digests of the rollout record and the serving record, the engine container's id, image, state and
-restart policy, the drafter manifest's digest, and /health's status.
+restart policy and the drafter manifest's digest. Then the host must prove it serves
+(specdeploy.proof: a bounded real completion, no engine process stopped or stuck); /health is not
+proof, since a frozen engine core's API process still answers it 200.
 
 The next `make deploy` with the same inputs reads each host the same way. The same reading means the
 host holds what that run left, serving: the ~60 tasks of the playbook would re-derive it (16 to 19 s on
 the 2-core test bed, against about 3 s for this). Any difference (an input, a record that moved on, a
-rollback, another container or image, a stopped engine, /health not 200, an unreadable host) runs the
-whole playbook, and a failed run forgets the ledger. What the reading does not cover (a package removed
+rollback, another container or image, a stopped engine, an engine that does not answer a completion,
+an unreadable host) runs the whole playbook, which brings an engine that does not answer back, and a
+failed run forgets the ledger. What the reading does not cover (a package removed
 by hand, say) is what `specdeploy deploy --full` (make deploy FULL=1) is for.
 """
 
@@ -19,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import subprocess
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ import yaml
 from specdeploy import names
 from specdeploy.connection import CommandHost
 from specdeploy.paths import state_dir
+from specdeploy.proof import Proof
 from specdeploy.targets import from_hostvars
 
 # What the inputs digest reads under the checkout: everything a run of site.yml executes or templates.
@@ -42,7 +46,7 @@ PROBE_TIMEOUT_S = 30
 
 # Run on the host (as root, or through sudo -n: the records are root's); prints one JSON object.
 _PROBE = """
-import hashlib, json, subprocess, sys, urllib.error, urllib.request
+import hashlib, json, subprocess, sys
 state, container = sys.argv[1], sys.argv[2]
 def digest(path):
     try:
@@ -60,13 +64,6 @@ except (OSError, ValueError):
     current = {}
 drafter = current.get("engine_image_drafter_path") or ""
 out["drafter"] = digest(drafter + "/SHA256SUMS") if drafter else ""
-port = (current.get("config") or {}).get("port")
-try:
-    out["health"] = urllib.request.urlopen(f"http://127.0.0.1:{int(port)}/health", timeout=5).status
-except urllib.error.HTTPError as e:
-    out["health"] = e.code
-except Exception:
-    out["health"] = None
 print(json.dumps(out, sort_keys=True))
 """
 
@@ -109,26 +106,43 @@ def inventory_hosts(inventory: Path) -> dict[str, dict[str, Any]] | None:
     return hosts or None
 
 
+def _commands(hostvars: Mapping[str, Any]) -> CommandHost:
+    target, ssh = from_hostvars(hostvars)
+    return CommandHost(target, ssh)
+
+
 def read_host(hostvars: Mapping[str, Any]) -> dict[str, Any] | None:
     """One SSH round: what the host holds now (None when it cannot be read)."""
-    target, ssh = from_hostvars(hostvars)
-    script = shlex.join(["python3", "-c", _PROBE, names.SERVING_STATE_DIR, names.ENGINE_CONTAINER])
-    wrapped = f'if [ "$(id -u)" = 0 ]; then {script}; else sudo -n {script}; fi'
+    cmd = _commands(hostvars).as_root("python3", "-c", _PROBE, names.SERVING_STATE_DIR, names.ENGINE_CONTAINER)
     try:
-        proc = subprocess.run(CommandHost(target, ssh).command("sh", "-c", wrapped), capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S, check=False)  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
         found = json.loads(proc.stdout) if proc.returncode == 0 else None
     except (subprocess.TimeoutExpired, ValueError):
         return None
     return found if isinstance(found, dict) else None
 
 
+def prove_host(hostvars: Mapping[str, Any]) -> Proof:
+    """The host's proof of serving (specdeploy.proof), one more SSH round."""
+    return _commands(hostvars).prove_serving()
+
+
 def serving(found: Mapping[str, Any]) -> bool:
-    """A reading of a host whose engine runs as a deploy leaves it: recorded, running, healthy."""
+    """A reading of a host whose engine runs as a deploy leaves it: recorded and running (whether it serves
+    is the proof's to say)."""
     container = found.get("container") or []
     # id, image, status, start time (a restarted engine is not the one proven), restart policy
-    return bool(found.get("rollout") and found.get("current") and len(container) == 5
-                and container[2] == "running" and found.get("health") == 200)  # fmt: skip
+    return bool(found.get("rollout") and found.get("current") and len(container) == 5 and container[2] == "running")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the ledger check found: every host's reading and proof when the deploy is converged
+    (`hosts`), else why not (`why_not`, empty when there is simply no ledger for these inputs)."""
+
+    hosts: dict[str, dict[str, Any]] | None
+    proofs: dict[str, Proof] = field(default_factory=dict)
+    why_not: str = ""
 
 
 def ledger_file(inventory: Path) -> Path:
@@ -146,6 +160,8 @@ def remember(inventory: Path, digest: str) -> bool:
     found = {name: read_host(hv) for name, hv in hosts.items()}
     if not all(f is not None and serving(f) for f in found.values()):
         return False
+    if not all(prove_host(hv).serves for hv in hosts.values()):
+        return False
     path = ledger_file(inventory)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -158,22 +174,26 @@ def forget(inventory: Path) -> None:
     ledger_file(inventory).unlink(missing_ok=True)
 
 
-def proven(inventory: Path, digest: str) -> dict[str, dict[str, Any]] | None:
-    """Each host's reading when the inputs and every host are as the ledger has them; else None."""
+def proven(inventory: Path, digest: str) -> Reading:
+    """Each host's reading and proof when the inputs and every host are as the ledger has them and every
+    engine answers a completion; else why not."""
     try:
         ledger = json.loads(ledger_file(inventory).read_text())
     except (OSError, ValueError):
-        return None
+        return Reading(None)
     hosts = inventory_hosts(inventory)
     if not isinstance(ledger, dict) or ledger.get("inputs") != digest or hosts is None:
-        return None
+        return Reading(None)
     kept = ledger.get("hosts") or {}
     if set(kept) != set(hosts):
-        return None
-    found = {}
+        return Reading(None, why_not="the inventory's hosts are not the ledger's")
+    found, proofs = {}, {}
     for name, hv in hosts.items():
         now = read_host(hv)
         if now is None or now != kept[name] or not serving(now):
-            return None
+            return Reading(None, why_not=f"{name}: its records or engine container moved since the last whole deploy")
+        proofs[name] = prove_host(hv)
+        if not proofs[name].serves:
+            return Reading(None, proofs, f"{name}: {proofs[name].said}")
         found[name] = now
-    return found
+    return Reading(found, proofs)

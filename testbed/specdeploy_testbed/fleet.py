@@ -17,6 +17,7 @@ from pathlib import Path
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from specdeploy import names
+from specdeploy.fleet.sentinel import Settings
 from specdeploy.targets import Target, forward_port
 from specdeploy_testbed import layout
 
@@ -25,7 +26,15 @@ DRAIN_TIMEOUT_S = 30
 HOSTS = 3
 MODEL = "tiny-kimi-k2.5"
 ROUTER_PORT, ROUTER_METRICS_PORT = names.ROUTER_PORT, names.ROUTER_METRICS_PORT  # the router role's defaults
-SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
+# The sentinel runs at its defaults (roles/sentinel/defaults, held to specdeploy.fleet.sentinel.Settings by
+# tests/unit/fleet/test_sentinel.py): what the fleet tests measure is what a user gets.
+DEFAULTS = Settings()
+SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = (
+    DEFAULTS.interval_s,
+    DEFAULTS.failures,
+    DEFAULTS.completion_timeout_s,
+)
+SENTINEL_STALL = DEFAULTS.progress_stall_s
 
 
 # `specdeploy deploy` arguments of the fleet that the fleet tests and `make bench` roll. Under load
@@ -35,9 +44,7 @@ SENTINEL_INTERVAL, SENTINEL_FAILURES, SENTINEL_TIMEOUT = 5, 3, 5
 def deploy_args(hosts: int, nnodes: int = 1) -> tuple[str, ...]:
     """`specdeploy deploy` arguments of a test-bed fleet of HOSTS (engines over NNODES hosts each)."""
     group = ("--nnodes", str(nnodes)) if nnodes > 1 else ()
-    return ("--testbed-hosts", str(hosts), "--fleet", *group, "-e", "serving_stall_timeout=600",
-            "-e", f"sentinel_interval={SENTINEL_INTERVAL} sentinel_failures={SENTINEL_FAILURES}",
-            "-e", f"sentinel_completion_timeout={SENTINEL_TIMEOUT}")  # fmt: skip
+    return ("--testbed-hosts", str(hosts), "--fleet", *group, "-e", "serving_stall_timeout=600")
 
 
 DEPLOY_ARGS = deploy_args(HOSTS)

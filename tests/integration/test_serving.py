@@ -228,6 +228,40 @@ def test_converged_rerun_changes_nothing_and_restarts_nothing(deployed):
     assert not list((state_dir() / "converged").glob("*.json"))
 
 
+def test_a_frozen_engine_core_fails_verify_and_make_deploy_brings_it_back(deployed, docker_client):
+    """issue 35: the engine core stopped by SIGSTOP, its API process still answering /health 200. make verify
+    fails naming it; make deploy does not call it converged, and ends with the engine answering."""
+    assert specdeploy("deploy", timeout=1200).returncode == 0  # a whole run: the ledger is kept
+    _, started, config = engine_state()
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    assert host.exec_run(["pkill", "-STOP", "-f", "[E]ngineCore"]).exit_code == 0
+    try:
+        health = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/health', timeout=5).status)"
+        assert host.exec_run(["python3", "-c", health]).output.strip() == b"200"  # /health lies
+        verify = specdeploy("verify")
+        again = specdeploy("deploy", timeout=1200)
+    finally:
+        host.exec_run(["pkill", "-CONT", "-f", "[E]ngineCore"])
+    assert verify.returncode != 0, verify.output[-3000:]
+    assert "FAILED check_serving.py::test_engine_answers_a_completion" in verify.output, verify.output[-3000:]
+    said = re.search(rf"the engine {ENGINE} does not serve: engine process\(es\) stopped \(state T\): \d+ (\S+)",
+                     verify.output)  # fmt: skip
+    assert said and "EngineCore" in said[1], verify.output[-3000:]
+    assert again.returncode == 0, again.output[-4000:]
+    assert "not converged: testbed-1: engine process(es) stopped (state T)" in again.output, again.output[-4000:]
+    assert "converged: testbed-1: the records" not in again.output
+    assert "status: restarted" in again.output and "the proven engine did not answer" in again.output
+    status, now_started, now_config = engine_state()
+    assert (status, now_config) == ("running", config) and now_started != started
+    text, _, _ = complete_and_count()
+    assert text
+    record_timing("make verify, engine core SIGSTOPped: failed, naming it, after", verify.seconds)
+    record_timing("make deploy, engine core SIGSTOPped: restarted the proven version, answering, after", again.seconds)
+    proven = specdeploy("deploy", timeout=600)  # now the ledger's proof holds: no playbook
+    assert "converged: testbed-1" in proven.output and "completion answered in" in proven.output, proven.output[-3000:]
+    record_timing("make deploy, converged, proven by a real completion", proven.seconds)
+
+
 def _assert_rolled_back(result, config_before: str) -> Path:
     assert result.returncode != 0, result.output[-3000:]
     assert "rolled back to the previous engine" in result.output, result.output[-3000:]
@@ -366,7 +400,7 @@ def test_endpoint_refuses_a_taken_local_port(deployed):
 
 def test_verify_passes_then_names_the_missing_container(deployed):
     ok = specdeploy("verify")
-    assert ok.returncode == 0 and "10 passed" in ok.output, ok.output[-3000:]
+    assert ok.returncode == 0 and "11 passed" in ok.output, ok.output[-3000:]
     remote().containers.get(ENGINE).remove(force=True)
     broken = specdeploy("verify")
     assert broken.returncode != 0

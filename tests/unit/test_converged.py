@@ -1,25 +1,23 @@
 """A converged deploy proven by its ledger: the inputs' digest, and each host read as the last whole run
-left it (specdeploy.converged). The host's probe itself runs here against a fake `docker` and a real
-HTTP server for /health."""
+left it (specdeploy.converged), and every engine answering the proof of serving (specdeploy.proof, its
+own tests in test_proof.py). The host's reading itself runs here against a fake `docker`."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import stat
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from specdeploy import converged
+from specdeploy.proof import Proof
 
-SERVING = {"rollout": "r1", "current": "c1", "drafter": "d1", "health": 200,
+SERVING = {"rollout": "r1", "current": "c1", "drafter": "d1",
            "container": ["cid", "sha256:img", "running", "2026-12-03T09:00:00Z", "unless-stopped"]}  # fmt: skip
 INVENTORY = """\
 all:
@@ -73,8 +71,10 @@ def test_only_a_generated_inventory_without_a_router_qualifies(checkout: Path) -
 
 
 EXITED = ["cid", "sha256:img", "exited", "2026-12-03T09:00:00Z", "unless-stopped"]
-NOT_SERVING = [{"health": 503}, {"health": None}, {"container": EXITED},
-               {"container": []}, {"rollout": ""}]  # fmt: skip
+NOT_SERVING = [{"container": EXITED}, {"container": []}, {"rollout": ""}]
+ANSWERS = Proof(True, "a 4-token completion answered in 0.05 s")
+FROZEN = Proof(False, "engine process(es) stopped (state T): 41 VLLM::EngineCore; no answer to a 4-token completion "
+               "in 15 s", 15.0, ["41 VLLM::EngineCore"])  # fmt: skip
 
 
 @pytest.mark.parametrize("change", NOT_SERVING)
@@ -83,61 +83,51 @@ def test_a_host_not_serving_is_not_converged(change: dict[str, Any]) -> None:
     assert not converged.serving(SERVING | change)
 
 
-def test_proven_only_while_every_host_reads_as_the_ledger_has_it(
+def test_proven_only_while_every_host_reads_as_the_ledger_has_it_and_answers(
     checkout: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inv = checkout / "hosts.yml"
     reading: dict[str, Any] = dict(SERVING)
+    answer = [ANSWERS]
     monkeypatch.setattr(converged, "read_host", lambda hv: dict(reading))
+    monkeypatch.setattr(converged, "prove_host", lambda hv: answer[0])
     digest = converged.inputs_digest(checkout, inv, [])
-    assert converged.proven(inv, digest) is None  # no ledger yet: a whole run
+    assert converged.proven(inv, digest) == converged.Reading(None)  # no ledger yet: a whole run
     assert converged.remember(inv, digest)
-    assert converged.proven(inv, digest) == {"testbed-1": SERVING}
-    assert converged.proven(inv, "sha256:other") is None  # another input
+    assert converged.proven(inv, digest) == converged.Reading({"testbed-1": SERVING}, {"testbed-1": ANSWERS})
+    assert converged.proven(inv, "sha256:other").hosts is None  # another input
     reading["rollout"] = "r2"  # the record moved on (a rollback, another rollout)
-    assert converged.proven(inv, digest) is None
+    moved = converged.proven(inv, digest)
+    assert moved.hosts is None and moved.why_not.startswith("testbed-1: its records or engine container moved")
     reading.update(rollout="r1", container=["cid2", "sha256:img", "running", "unless-stopped"])
-    assert converged.proven(inv, digest) is None  # another container
-    reading.update(container=SERVING["container"], health=503)
-    assert converged.proven(inv, digest) is None
-    reading["health"] = 200
-    assert converged.proven(inv, digest) is not None
+    assert converged.proven(inv, digest).hosts is None  # another container
+    reading.update(container=SERVING["container"])
+    answer[0] = FROZEN  # /health would say 200: the proof does not
+    frozen = converged.proven(inv, digest)
+    assert frozen.hosts is None and frozen.why_not == f"testbed-1: {FROZEN.said}"
+    answer[0] = ANSWERS
+    assert converged.proven(inv, digest).hosts is not None
     converged.forget(inv)
-    assert converged.proven(inv, digest) is None
+    assert converged.proven(inv, digest).hosts is None
 
 
 def test_nothing_is_remembered_from_a_host_that_is_not_serving(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inv = checkout / "hosts.yml"
-    monkeypatch.setattr(converged, "read_host", lambda hv: SERVING | {"health": None})
+    monkeypatch.setattr(converged, "read_host", lambda hv: dict(SERVING))
+    monkeypatch.setattr(converged, "prove_host", lambda hv: FROZEN)
     assert not converged.remember(inv, "sha256:x")
     assert not converged.ledger_file(inv).exists()
 
 
-@pytest.fixture
-def health_server() -> Iterator[int]:
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200 if self.path == "/health" else 404)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-
-
-def test_the_hosts_probe_reads_the_records_the_container_and_health(tmp_path: Path, health_server: int) -> None:
-    """The script read_host runs on the host, run here: a fake docker CLI, a real /health."""
+def test_the_hosts_probe_reads_the_records_and_the_container(tmp_path: Path) -> None:
+    """The script read_host runs on the host, run here with a fake docker CLI."""
     state = tmp_path / "serving"
     state.mkdir()
     drafter = tmp_path / "drafter"
     drafter.mkdir()
     (drafter / "SHA256SUMS").write_text("abc  model.safetensors\n")
     (state / "rollout.json").write_text("{}\n")
-    current = {"config": {"port": health_server}, "engine_image_drafter_path": str(drafter)}
+    current = {"config": {"port": 8000}, "engine_image_drafter_path": str(drafter)}
     (state / "current.json").write_text(json.dumps(current))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -148,10 +138,10 @@ def test_the_hosts_probe_reads_the_records_the_container_and_health(tmp_path: Pa
     out = subprocess.run([sys.executable, "-c", converged._PROBE, str(state), "specdeploy-engine"], env=env,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     found = json.loads(out)
-    assert converged.serving(found)
+    assert converged.serving(found) and "health" not in found  # /health is no part of the proof
     assert found["container"] == ["cid", "sha256:img", "running", "2026-12-03T09:00:00Z", "unless-stopped"]
     assert len(found["rollout"]) == 64 and len(found["drafter"]) == 64
-    (state / "current.json").write_text(json.dumps({"config": {"port": 9}}))  # nothing listens on port 9
+    fake_docker.write_text("#!/bin/sh\nexit 1\n")  # no such container
     found = json.loads(subprocess.run([sys.executable, "-c", converged._PROBE, str(state), "x"], env=env,
                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
-    assert found["health"] is None and not converged.serving(found)
+    assert found["container"] == [] and not converged.serving(found)

@@ -5,11 +5,17 @@ It runs on the router's host (systemd unit `specdeploy-sentinel`, roles/router),
 router's add/remove_worker API needs no key and so stays on that host's loopback (see
 specdeploy.fleet.router); from there it sees each engine as the router's clients do. Per worker,
 in its own thread:
-- every second, `/health`: a refused or reset connection (the container is gone or restarting) or
-  a 5xx (the API server reports its engine dead) takes the worker out at once;
-- every `interval`, a real one-token completion: `failures` in a row that fail or get no answer
-  within `completion_timeout` (a frozen engine core behind an API process whose `/health` still
-  says 200) take it out;
+- every second, the engine's own `/metrics`: a refused or reset connection (the container is gone or
+  restarting) or a 5xx takes the worker out at once. Its progress counters (tokens generated and
+  prefilled) moving are proof that it serves; requests in flight with no token for `progress_stall`
+  seconds mean a frozen engine (a core stopped behind an API process whose `/health` still says 200),
+  out at once. A busy engine is never sent a probe of its own, so a saturating load cannot make a
+  slow answer look like a frozen one;
+- an idle engine (nothing moved, nothing in flight) gets a real one-token completion every `interval`:
+  no answer within `completion_timeout` while its counters stay still takes it out at once; `failures`
+  in a row that fail otherwise (an HTTP error, or no answer while tokens moved) take it out. At the
+  defaults (1 s, 5 s stall; 3 s, 5 s timeout) a frozen engine is out within 10 s, busy or idle;
+- an engine without Prometheus metrics is judged by `/health` and the completions alone;
 - a registered worker that is not a member rejoins once a completion answers (its READY proof):
   after the sentinel took it out, and after the router lost it (a restarted router forgets every
   worker added through its API, so without this a router crash would empty the fleet until the
@@ -31,29 +37,34 @@ from __future__ import annotations
 
 import argparse
 import functools
-import http.client
 import json
 import os
-import socket
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from specdeploy import names
+from specdeploy.fleet.engine_probes import (
+    Probe,
+    Progress,
+    Worker,
+    http_request,
+    of_group,
+    probe_completion,
+    probe_metrics,
+)
 from specdeploy.fleet.router_api import SENTINEL_PORT, members_url, membership_url
-from specdeploy.names import DP_RANK_HEADER
 
 # Where roles/sentinel installs it and roles/serving registers each engine (one rule, two roles).
 PATHS = {"workers": "/etc/specdeploy-sentinel/workers.d", "state": "/var/lib/specdeploy-sentinel/state.json"}
-HEALTH_TIMEOUT_S = 2.0
 ROUTER_TIMEOUT_S = 30.0  # add_worker waits for /health; a worker that just answered one does at once
 KEEP_TRANSITIONS = 200
 
@@ -61,34 +72,12 @@ KEEP_TRANSITIONS = 200
 @dataclass(frozen=True)
 class Settings:
     router_port: int = names.ROUTER_PORT
-    interval_s: float = 15.0
+    interval_s: float = 3.0
     failures: int = 3
-    completion_timeout_s: float = 10.0
+    completion_timeout_s: float = 5.0
     health_every_s: float = 1.0
     control_port: int = SENTINEL_PORT
-
-
-@dataclass(frozen=True)
-class Worker:
-    url: str
-    model: str
-    api_key: str = field(default="", repr=False)
-    # A multi-node engine (specdeploy.serve.group) is one worker, rank 0's URL: its hosts by rank, and
-    # whether each is a data-parallel replica (then each is sent a completion of its own: a rank that
-    # died leaves only the requests sent to it hanging, and rank 0 never notices).
-    ranks: tuple[str, ...] = ()
-    data_parallel: bool = False
-
-
-@dataclass(frozen=True)
-class Probe:
-    """ok: a completion answered; alive: /health 200 (not trusted as proof); quiet: /health gave no
-    answer in time (no verdict: completions decide); down: the connection was refused or cut; dead:
-    the API says its engine is dead; failed: a completion got an error; stalled: a completion got
-    no answer in time while the port accepts."""
-
-    kind: str
-    detail: str = ""
+    progress_stall_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -113,14 +102,16 @@ def judge(state: WorkerState, probe: Probe, failures_out: int, now: float) -> De
     last = f"{probe.kind}: {probe.detail}" if probe.detail else probe.kind
     if probe.kind in ("alive", "quiet"):
         return Decision(state)
+    if probe.kind == "busy":
+        return Decision(replace(state, failures=0, last=last))
     if probe.kind == "ok":
         fresh = replace(state, failures=0, last=last)
         if state.member or state.held:
             return Decision(fresh)
         why = "serves again" if state.out_by_sentinel else "serves, and the router had lost it (restarted?)"
         return Decision(replace(fresh, since=now), "add", f"{why} ({probe.detail})")
-    if probe.kind in ("down", "dead"):
-        failures, reason = failures_out, f"engine down: {probe.detail}"
+    if probe.kind in ("down", "dead", "frozen"):
+        failures, reason = failures_out, f"engine {'frozen' if probe.kind == 'frozen' else 'down'}: {probe.detail}"
     else:
         failures = state.failures + 1
         reason = f"{failures} failed completions in a row (last: {probe.kind}, {probe.detail})"
@@ -130,84 +121,6 @@ def judge(state: WorkerState, probe: Probe, failures_out: int, now: float) -> De
     return Decision(worse)
 
 
-def _request(req: urllib.request.Request, timeout: float) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return int(resp.status), resp.read(4096).decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(1024).decode(errors="replace")
-
-
-def _connection_problem(exc: BaseException) -> str | None:
-    """A refused/reset/cut connection, named; None for a timeout (no answer is not a refusal)."""
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, TimeoutError | socket.timeout):
-        return None
-    if isinstance(reason, ConnectionError | http.client.HTTPException | OSError):
-        return f"{type(reason).__name__}: {reason}"
-    return None
-
-
-def probe_health(worker: Worker) -> Probe:
-    req = urllib.request.Request(f"{worker.url}/health")
-    try:
-        status, body = _request(req, HEALTH_TIMEOUT_S)
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        problem = _connection_problem(exc)
-        return Probe("down", f"/health: {problem}") if problem else Probe("quiet", "/health: no answer in time")
-    if status >= 500:
-        return Probe("dead", f"/health answered {status}: {body.strip()[:200]}")
-    return Probe("alive", f"/health {status}")
-
-
-def probe_completion(worker: Worker, timeout_s: float) -> Probe:
-    """A real one-token completion, the only proof that the engine serves: one to each data-parallel
-    rank of a multi-node engine, the first that fails named with its host."""
-    if len(worker.ranks) < 2 or not worker.data_parallel:  # (a model-parallel group: see of_group)
-        return _completion(worker, timeout_s)
-    for rank, host in enumerate(worker.ranks):
-        probe = _completion(worker, timeout_s, rank)
-        if probe.kind != "ok":
-            return replace(probe, detail=f"data-parallel rank {rank} on {host}: {probe.detail}")
-    return Probe("ok", f"every rank answered a completion ({', '.join(worker.ranks)})")
-
-
-def of_group(worker: Worker, probe: Probe) -> Probe:
-    """A sick model-parallel group's probe names its hosts: every forward needs every rank, and the one
-    that died may be any of them (rank 0's API is all the sentinel sees)."""
-    if len(worker.ranks) < 2 or worker.data_parallel or probe.kind in ("ok", "alive", "quiet"):
-        return probe
-    return replace(probe, detail=f"{probe.detail} (one engine over {', '.join(worker.ranks)})")
-
-
-def _completion(worker: Worker, timeout_s: float, rank: int | None = None) -> Probe:
-    payload = {"model": worker.model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
-    headers = {"Content-Type": "application/json"}
-    if worker.api_key:
-        headers["Authorization"] = f"Bearer {worker.api_key}"
-    if rank is not None:
-        headers[DP_RANK_HEADER] = str(rank)
-    req = urllib.request.Request(f"{worker.url}/v1/completions", json.dumps(payload).encode(), headers)
-    start = time.monotonic()
-    try:
-        status, body = _request(req, timeout_s)
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        problem = _connection_problem(exc)
-        if problem:
-            return Probe("down", f"completion: {problem}")
-        return Probe("stalled", f"no answer to a one-token completion in {timeout_s:.0f} s")
-    took = time.monotonic() - start
-    if status != 200:
-        return Probe("failed", f"completion answered {status}: {body.strip()[:200]}")
-    try:
-        choices = json.loads(body).get("choices")
-    except (ValueError, AttributeError):
-        choices = None
-    if not choices:
-        return Probe("failed", f"completion answered 200 without choices: {body.strip()[:200]}")
-    return Probe("ok", f"a completion answered in {took:.1f} s")
-
-
 class Router:
     """The router's worker API on this host's loopback."""
 
@@ -215,14 +128,14 @@ class Router:
         self.port = port
 
     def members(self) -> set[str]:
-        status, body = _request(urllib.request.Request(members_url(self.port)), ROUTER_TIMEOUT_S)
+        status, body = http_request(urllib.request.Request(members_url(self.port)), ROUTER_TIMEOUT_S)
         if status != 200:
             raise OSError(f"list_workers answered {status}")
         return {str(u) for u in json.loads(body).get("urls", [])}
 
     def change(self, action: str, worker: str) -> None:
         req = urllib.request.Request(membership_url(action, worker, self.port), b"", method="POST")
-        status, body = _request(req, ROUTER_TIMEOUT_S)
+        status, body = http_request(req, ROUTER_TIMEOUT_S)
         if status != 200:
             raise OSError(f"{action}_worker answered {status}: {body.strip()[:200]}")
 
@@ -248,10 +161,11 @@ def read_workers(folder: Path) -> dict[str, Worker]:
 class Sentinel:
     def __init__(self, settings: Settings, router: Router, state_path: Path | None, *,
                  say: Callable[[str], None] = lambda line: print(line, flush=True),
-                 health: Callable[[Worker], Probe] = probe_health,
-                 completion: Callable[[Worker, float], Probe] = probe_completion) -> None:  # fmt: skip
+                 metrics: Callable[[Worker], Probe | Progress] = probe_metrics,
+                 completion: Callable[[Worker, float], Probe] = probe_completion,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.settings, self.router, self.state_path, self.say = settings, router, state_path, say
-        self.health, self.completion = health, completion
+        self.metrics, self.completion, self.clock = metrics, completion, clock
         self.lock = threading.Lock()
         self.states: dict[str, WorkerState] = {}
         self.transitions: list[dict[str, Any]] = []
@@ -331,26 +245,44 @@ class Sentinel:
 
     def watch(self, current: Callable[[], Worker | None], stop: threading.Event) -> None:
         """One worker's loop, until STOP or until CURRENT says it is no longer registered."""
-        next_completion = 0.0
+        pace = Pace(self.settings, self.clock())
         while not stop.is_set():
             worker = current()
             if worker is None:
                 return
-            now = time.monotonic()
-            if now >= next_completion:
-                next_completion = now + self.settings.interval_s
-                probe = self.completion(worker, self.settings.completion_timeout_s)
-            else:
-                probe = self.health(worker)
-                state = self.states.get(worker.url, WorkerState())
-                if probe.kind == "alive" and not state.member and not state.held:
-                    next_completion = now  # out, not held, and answering: prove it with a completion now
-            self.step(worker, probe)
+            self.step(worker, self.look(worker, pace))
             stop.wait(self.settings.health_every_s)
+
+    def look(self, worker: Worker, pace: Pace) -> Probe:
+        """This second's probe of WORKER: its progress, or (idle) a completion when one is due."""
+        reading = self.metrics(worker)
+        now = self.clock()
+        if isinstance(reading, Progress):
+            verdict = pace.read(reading, now)
+            if verdict is not None:
+                return verdict
+            seen = Probe("alive", "idle: no token moved, nothing in flight")
+        elif reading.kind in ("down", "dead"):
+            return reading
+        else:
+            seen = reading
+        state = self.states.get(worker.url, WorkerState())
+        out_and_answering = not state.member and not state.held and seen.kind == "alive"
+        if not pace.completion_due(now) and not out_and_answering:
+            return seen
+        probe = self.completion(worker, self.settings.completion_timeout_s)
+        pace.completed(self.clock())
+        if probe.kind == "stalled" and isinstance(reading, Progress):
+            after = self.metrics(worker)  # did anything move while the completion waited?
+            if isinstance(after, Progress) and after.tokens == reading.tokens:
+                return Probe("frozen", f"{probe.detail}, and no token moved meanwhile")
+        return probe
 
     def run(self, folder: Path, stop: threading.Event, rescan_s: float = 3.0) -> None:
         threads: dict[str, threading.Thread] = {}
-        every = f"a completion every {self.settings.interval_s:.0f} s, out after {self.settings.failures} failures"
+        rules = self.settings
+        every = (f"progress every {rules.health_every_s:g} s, frozen after {rules.progress_stall_s:g} s; "
+                 f"idle: a completion every {rules.interval_s:g} s")  # fmt: skip
         self.say(f"sentinel: watching the workers registered under {folder} (router 127.0.0.1:{self.router.port}, "
                  f"{every})")  # fmt: skip
         while not stop.is_set():
@@ -363,6 +295,38 @@ class Sentinel:
                     threads[name].start()
                     self.say(f"sentinel: watching {name} ({worker.url}, model {worker.model})")
             stop.wait(rescan_s)
+
+
+class Pace:
+    """One worker's clock: when its counters last moved, and when its next idle completion is due."""
+
+    def __init__(self, settings: Settings, now: float) -> None:
+        self.settings = settings
+        self.last: Progress | None = None
+        self.moved_at = now
+        self.next_completion = now  # the first look proves it
+        self.absorb = False
+
+    def read(self, progress: Progress, now: float) -> Probe | None:
+        """busy when the counters moved, frozen when requests wait and nothing moved for the stall
+        bound; None (idle: a completion decides when due)."""
+        before, self.last = self.last, progress
+        if self.absorb:  # the tokens of our own completion are not the engine's traffic
+            self.absorb, before = False, None
+        if before is not None and progress.tokens != before.tokens:  # (a restarted engine counts from 0)
+            self.moved_at = now
+            self.next_completion = now + self.settings.interval_s  # progress is proof: no probe of our own
+            return Probe("busy", f"{progress.tokens - before.tokens:+.0f} tokens, {progress.in_flight:.0f} in flight")
+        still = now - self.moved_at
+        if progress.in_flight > 0 and still >= self.settings.progress_stall_s:
+            return Probe("frozen", f"{progress.in_flight:.0f} request(s) in flight and no token for {still:.0f} s")
+        return None
+
+    def completion_due(self, now: float) -> bool:
+        return now >= self.next_completion
+
+    def completed(self, now: float) -> None:
+        self.next_completion, self.absorb = now + self.settings.interval_s, True
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -410,11 +374,12 @@ def command(python: str, settings: dict[str, Any]) -> list[str]:
     """The unit's ExecStart, from the sentinel role's variables (no secret: keys are in the files)."""
     parsed = Settings(int(settings["router_port"]), float(settings["interval"]), int(settings["failures"]),
                       float(settings["completion_timeout"]),
-                      control_port=int(settings.get("control_port", SENTINEL_PORT)))  # fmt: skip
+                      control_port=int(settings.get("control_port", SENTINEL_PORT)),
+                      progress_stall_s=float(settings.get("progress_stall", Settings.progress_stall_s)))  # fmt: skip
     return [python, "-m", "specdeploy.fleet.sentinel", "--workers-dir", PATHS["workers"], "--state", PATHS["state"],
             "--router-port", str(parsed.router_port), "--interval", f"{parsed.interval_s:g}",
             "--failures", str(parsed.failures), "--completion-timeout", f"{parsed.completion_timeout_s:g}",
-            "--control-port", str(parsed.control_port)]  # fmt: skip
+            "--control-port", str(parsed.control_port), "--progress-stall", f"{parsed.progress_stall_s:g}"]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,11 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failures", type=int, default=Settings.failures)
     parser.add_argument("--completion-timeout", type=float, default=Settings.completion_timeout_s)
     parser.add_argument("--control-port", type=int, default=SENTINEL_PORT)
+    parser.add_argument("--progress-stall", type=float, default=Settings.progress_stall_s)
     args = parser.parse_args(argv)
-    if args.interval <= 0 or args.failures < 1 or args.completion_timeout <= 0:
-        parser.error("--interval and --completion-timeout must be > 0, --failures ≥ 1")
+    if min(args.interval, args.completion_timeout, args.progress_stall) <= 0 or args.failures < 1:
+        parser.error("--interval, --completion-timeout and --progress-stall must be > 0, --failures ≥ 1")
     settings = Settings(args.router_port, args.interval, args.failures, args.completion_timeout,
-                        control_port=args.control_port)  # fmt: skip
+                        control_port=args.control_port, progress_stall_s=args.progress_stall)  # fmt: skip
     stop = threading.Event()
     sentinel = Sentinel(settings, Router(args.router_port), args.state)
     # Bound first: a rollout that cannot hold its host refuses to start, rather than race the sentinel.

@@ -47,7 +47,7 @@ VARIABLES: tuple[str, ...] = tuple(
 _GATE_WORDS = {"bench": "enabled", "bench_budget_s": "budget"}
 _DEFAULTS = {BY_VARIABLE[v].name: BY_VARIABLE[v].default for v in VARIABLES
              if BY_VARIABLE[v].default is not UNSET and not BY_VARIABLE[v].derived}  # fmt: skip
-SERVES = ("deployed", "unchanged", "rolled-back")  # a READY engine: back in the router
+SERVES = ("deployed", "unchanged", "restarted", "rolled-back")  # a READY engine: back in the router
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,8 @@ class Deploy:
             if fleet is not None:
                 fleet.hold()
             rollout = Rollout(conn.reconnect_docker, store, watch, diagnostics, grace, before_stop=leave,
-                              gate=self.recorded(cfg, diagnostics))  # fmt: skip
+                              gate=self.recorded(cfg, diagnostics),
+                              prove=lambda: conn.commands.prove_serving(state_dir=self.settings.state_dir))  # fmt: skip
             if args["action"] == "rollback":
                 outcome = rollout.rollback()
             else:
@@ -239,7 +240,7 @@ class Deploy:
                     raise SpecdeployError("specdeploy_serve: action=deploy needs image")
                 outcome = rollout.deploy(cfg, image_id(rollout, args["image"], str(conn)), warm)
                 warm.keep(outcome.verdict)
-            if outcome.status == "deployed":  # promoted: it serves, whether or not a router takes it back
+            if outcome.status in ("deployed", "restarted"):  # promoted: it serves, router or not
                 store.record_serving(serving(outcome, args, bool(inventory.api_key(inventory.host_name))))
             # Back in the router only on a READY engine: the new version, or the previous one restored.
             if fleet is not None and outcome.status in SERVES:

@@ -27,7 +27,7 @@ Say = Callable[[str], None]
 
 def result(outcome: Outcome, joined: bool) -> dict[str, Any]:
     """The task's result: the outcome, its one-line message, and the start-up table to print."""
-    failed = outcome.status not in ("deployed", "unchanged")
+    failed = outcome.status not in ("deployed", "unchanged", "restarted")
     message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
     verdict = outcome.verdict or {}
     table = startup.render(verdict["startup"], verdict["status"]) if verdict.get("startup") else []

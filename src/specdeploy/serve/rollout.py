@@ -22,6 +22,7 @@ from docker.models.containers import Container
 from specdeploy import names
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
+from specdeploy.proof import Proof
 from specdeploy.records import (
     EngineRef,
     RecordStore,
@@ -46,6 +47,7 @@ from specdeploy.watch.watchdog import Verdict
 
 # The new image with speculation off, run once for the benchmark's baseline, then removed.
 BASELINE = f"{CONTAINER}-baseline"
+REVIVE_STOP_S = 10  # a frozen engine never drains: its stop is a kill after this
 
 Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
 
@@ -83,7 +85,7 @@ T = TypeVar("T")
 @dataclass
 class Outcome:
     changed: bool
-    status: str  # unchanged | deployed | rolled-back | failed
+    status: str  # unchanged | deployed | restarted | rolled-back | failed
     message: str
     image_id: str = ""
     previous_image_id: str | None = None
@@ -155,10 +157,14 @@ class Rollout:
         *,
         before_stop: Callable[[], None] = lambda: None,
         gate: Gate | None = None,
+        prove: Callable[[], Proof] | None = None,
     ) -> None:
         self.host = EngineHost(connect, store, grace_s)
         self.watch, self.diagnostics = watch, diagnostics
         self.before_stop, self.gate = before_stop, gate
+        # The proof of serving (specdeploy.proof) on this host: a version proven READY that runs but does
+        # not answer it is restarted, never called unchanged.
+        self.prove = prove
 
     # What the host's steps keep: its Docker client, its record, whether a step was taken.
     @property
@@ -186,10 +192,14 @@ class Rollout:
         current = self.host.get(CONTAINER)
         if is_converged(current, cfg, image_id) and is_proven(current, self.record):
             assert current is not None
+            proof = self.prove() if self.prove else None
+            if proof is not None and not proof.serves:
+                return self._revive(current, image_id, proof)
+            said = f"; {proof.said}" if proof else ""
             return Outcome(
                 False,
                 "unchanged",
-                "the engine runs this image and configuration, proven READY: not restarted",
+                f"the engine runs this image and configuration, proven READY: not restarted{said}",
                 image_id=image_id,
                 started_at=current.attrs["State"]["StartedAt"],
             )
@@ -216,6 +226,29 @@ class Rollout:
         self.host.step("starting-new")
         new = self.host.create(cfg, image_id)
         return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing=outgoing, baseline=baseline)
+
+    def _revive(self, current: Container, image_id: str, proof: Proof) -> Outcome:
+        """The proven version runs but does not answer (a frozen engine core, a stuck process): the same
+        version restarted and watched to READY, or a failure that says what did not answer. A stopped
+        (SIGSTOP) process ignores SIGTERM, so `docker stop` kills it after its timeout."""
+        container_id = str(current.id)
+        self.record.old = self.record.new = engine_ref(current)
+        self.host.step("stopping-old")
+        self.before_stop()  # a fleet host leaves the router first (the sentinel may have taken it out already)
+        self.host.stop(container_id, REVIVE_STOP_S)
+        self.host.step("watching")
+        verdict = self._bring_up(container_id, proven_quiet_s(self.record.last_ready))
+        started = self.host.retry(lambda: self.client.containers.get(container_id).attrs["State"]["StartedAt"])
+        if verdict.status == "READY":
+            self.host.promote(container_id, startup=verdict.startup)
+            return Outcome(True, "restarted", f"the proven engine did not answer ({proof.said}): restarted the same "
+                           f"version, {verdict.first_line()}", image_id=image_id, verdict=asdict(verdict),
+                           started_at=started)  # fmt: skip
+        self.host.retry(lambda: save_diagnostics(verdict, self.client.containers.get(container_id)))
+        self.host.step("done")
+        raise SpecdeployError(f"the engine did not answer ({proof.said}), and restarting the same proven version "
+                              f"did not bring it back: {verdict.first_line()}",
+                              hint=f"diagnostics: {verdict.diagnostics}")  # fmt: skip
 
     def _baseline(self, cfg: ServingConfig, image_id: str) -> dict[str, Any] | None:
         """The speculation-off sweep this configuration is judged against: the host's record of it, or
@@ -352,6 +385,10 @@ class Rollout:
             if current_id is not None:  # -previous stays a proven version
                 self.host.rename(current_id, PREVIOUS if was_ready else FAILED)
             status, notes = "deployed", []
+            proof = self.prove() if self.prove else None  # as promoted, through the host's own proof
+            if proof is not None:
+                status = "deployed" if proof.serves else "failed"
+                notes.append(f"proof of serving: {proof.said}")
         else:  # put both back as they were: the one that served serves again, if it was proven
             self.host.stop(previous_id, 10)
             self.host.rename(previous_id, PREVIOUS)

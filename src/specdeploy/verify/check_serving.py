@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from testinfra.host import Host
 
-from specdeploy import names
+from specdeploy import names, proof
 from specdeploy.engine_image import drafter, profiles
 from specdeploy.serve.config import ServingConfig
 
@@ -59,6 +59,17 @@ def _get(host: Host, record: dict[str, Any], path: str) -> tuple[int, str]:
 def test_api_port_answers(host: Host, record: dict[str, Any]) -> None:
     code, _ = _get(host, record, "/health")
     assert code == 200, f"/health answered {code}"
+
+
+def test_engine_answers_a_completion(host: Host, record: dict[str, Any], hostvars: dict[str, Any]) -> None:
+    """Serving is answering: a real completion in bounded time and no engine process stopped or stuck
+    (specdeploy.proof, run on the host). /health alone is not proof: a frozen engine core's API still says 200."""
+    state_dir = hostvars.get("serving_state_dir", names.SERVING_STATE_DIR)
+    out = host.run(proof.as_root("python3", "-c", proof.on_host_script(), CONTAINER, state_dir))
+    lines = str(out.stdout).strip().splitlines()
+    assert out.rc == 0 and lines, f"the proof of serving could not run on the host: {out.stderr.strip()[-300:]}"
+    found = proof.Proof.from_json(lines[-1])
+    assert found.serves, f"the engine {CONTAINER} does not serve: {found.said}"
 
 
 def test_model_is_listed(host: Host, record: dict[str, Any]) -> None:

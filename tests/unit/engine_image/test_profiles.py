@@ -105,7 +105,8 @@ def test_drafter_problems_name_each_mismatch():
     assert any("vocabulary 2048" in p and "163840" in p for p in found)
     assert any("model.safetensors: sha256" in p for p in found)
     assert drafter.problems(json.dumps(MLA), None, files, TARGET) == [
-        "no SHA256SUMS manifest in the drafter folder (make one in it: find . -type f ! -name SHA256SUMS -exec sha256sum {} + > SHA256SUMS)"
+        "no SHA256SUMS manifest in the drafter folder (make one in it: "
+        "find . -type f ! -name SHA256SUMS -exec sha256sum {} + > SHA256SUMS)"
     ]
     good = f"{'a' * 64}  config.json\n{'b' * 64}  model.safetensors\n"
     assert drafter.problems(json.dumps(MLA), good, files, TARGET) == []

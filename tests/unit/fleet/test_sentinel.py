@@ -8,25 +8,33 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+import yaml
 
+from specdeploy.fleet.engine_probes import (
+    Probe,
+    Progress,
+    Worker,
+    of_group,
+    probe_completion,
+    probe_health,
+    probe_metrics,
+    read_progress,
+)
 from specdeploy.fleet.router_api import hold_url
 from specdeploy.fleet.sentinel import (
     PATHS,
     JsonHandler,
-    Probe,
+    Pace,
     Sentinel,
     Settings,
-    Worker,
     WorkerState,
     command,
     control_server,
     judge,
     main,
-    of_group,
-    probe_completion,
-    probe_health,
     read_workers,
 )
 from specdeploy.names import DP_RANK_HEADER
@@ -259,3 +267,108 @@ def test_the_unit_command_carries_the_settings_and_no_secret():
     assert not any("key" in part for part in cmd)
     with pytest.raises(ValueError):
         command("/p", {"router_port": "x", "interval": 1, "failures": 1, "completion_timeout": 1})
+
+
+# ---------------------------------------------------------------- the engine's own progress (issue 35)
+
+
+class Script:
+    """A worker's engine over simulated seconds: its /metrics counters and what a completion meets."""
+
+    def __init__(self) -> None:
+        self.now, self.tokens, self.in_flight, self.frozen, self.completions = 0.0, 0.0, 0.0, False, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def metrics(self, worker: Worker) -> Progress:
+        return Progress(self.tokens, self.in_flight)
+
+    def completion(self, worker: Worker, timeout_s: float) -> Probe:
+        self.completions += 1
+        if self.frozen:
+            self.now += timeout_s  # the probe waits its whole bound
+            return Probe("stalled", f"no answer to a one-token completion in {timeout_s:.0f} s")
+        self.tokens += 1
+        return Probe("ok", "a completion answered in 0.1 s")
+
+
+def run_ticks(script: Script, until_s: float, *, serve: bool = True) -> tuple[list[tuple[str, str]], list[float]]:
+    """The sentinel's loop, one look a simulated second; a serving, busy engine adds tokens each second."""
+    router = FakeRouter({"http://w"})
+    sentinel = Sentinel(Settings(), router, None, say=lambda line: None, metrics=script.metrics,  # type: ignore[arg-type]
+                        completion=script.completion, clock=script.clock)  # fmt: skip
+    worker, removed_at = Worker("http://w", "m"), []
+    pace = Pace(sentinel.settings, script.now)
+    while script.now < until_s:
+        if script.in_flight and not script.frozen and serve:
+            script.tokens += 40
+        decision = sentinel.step(worker, sentinel.look(worker, pace), script.now)
+        if decision.action == "remove":
+            removed_at.append(script.now)
+        script.now += sentinel.settings.health_every_s
+    return router.calls, removed_at
+
+
+def test_a_busy_engine_proves_itself_by_its_counters_and_is_never_probed_or_removed():
+    script = Script()
+    script.in_flight = 64  # saturated: a probe of ours would wait behind 64 requests
+    calls, _ = run_ticks(script, 600)
+    assert calls == [] and script.completions == 1  # only the first look, before anything moved
+
+
+def test_a_frozen_engine_under_load_is_out_within_ten_seconds_at_the_defaults():
+    script = Script()
+    script.in_flight = 16
+    run_ticks(script, 30)
+    script.frozen, frozen_at = True, script.now  # the gauges keep their last values (the core reports nothing)
+    calls, removed_at = run_ticks(script, 60)
+    assert calls == [("remove", "http://w")] and removed_at[0] - frozen_at <= 10, removed_at
+
+
+def test_a_frozen_idle_engine_is_out_within_ten_seconds_and_an_idle_one_that_answers_stays():
+    script = Script()
+    calls, _ = run_ticks(script, 120)
+    assert calls == [] and script.completions >= 120 // Settings().interval_s - 1  # idle: proven by completions
+    script.frozen, frozen_at = True, script.now
+    calls, removed_at = run_ticks(script, 180)
+    assert calls == [("remove", "http://w")] and removed_at[0] - frozen_at <= 10, removed_at
+
+
+def test_a_slow_completion_while_tokens_move_is_a_failure_not_a_freeze():
+    state = WorkerState(member=True)
+    slow = judge(state, Probe("stalled", "no answer in 5 s"), 3, 1.0)
+    assert slow.action is None and slow.state.failures == 1
+    frozen = judge(state, Probe("frozen", "8 request(s) in flight and no token for 5 s"), 3, 1.0)
+    assert frozen.action == "remove" and frozen.reason.startswith("engine frozen: 8 request(s)")
+    assert judge(WorkerState(member=False), Probe("busy", "+40 tokens"), 3, 1.0).action is None  # a completion rejoins
+
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 1.0
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 120.0
+vllm:prompt_tokens_created{engine="0",model_name="tiny"} 1.7e9
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 480.0
+"""
+
+
+def test_progress_is_read_from_the_engines_metrics_and_a_server_without_counters_falls_back(engine):
+    assert read_progress(VLLM_METRICS) == Progress(600.0, 4.0)
+    assert read_progress("# nothing\nprocess_cpu_seconds_total 3.0\n") is None
+    assert probe_metrics(Worker(url(engine), "m")) == Probe("alive", "/health 200")  # 200 without counters
+    engine.mode = "dead"
+    assert probe_metrics(Worker(url(engine), "m")).kind == "dead"  # type: ignore[union-attr]
+    assert probe_metrics(Worker(f"http://127.0.0.1:{closed_port()}", "m")).kind == "down"  # type: ignore[union-attr]
+
+
+def test_the_roles_defaults_are_the_sentinels_own():
+    """roles/sentinel's defaults are what Settings() says (the fleet tests measure at them)."""
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/sentinel/defaults/main.yml").read_text())
+    ours = Settings()
+    assert (defaults["sentinel_interval"], defaults["sentinel_failures"], defaults["sentinel_completion_timeout"],
+            defaults["sentinel_progress_stall"]) == (ours.interval_s, ours.failures, ours.completion_timeout_s,
+                                                     ours.progress_stall_s)  # fmt: skip

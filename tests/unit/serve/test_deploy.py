@@ -18,6 +18,7 @@ from docker.errors import ImageNotFound
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.gate.rules import GateSettings
+from specdeploy.proof import Proof
 from specdeploy.record_types import PrewarmReport
 from specdeploy.records import Serving
 from specdeploy.serve import deploy
@@ -83,6 +84,11 @@ class Commands:
     def command(self, *argv: str) -> list[str]:
         return ["printf", "model name\t: Test CPU\\n4\\n"]
 
+    def prove_serving(self, state_dir: str = "", **_: object) -> Proof:
+        """The host's proof of serving (specdeploy.proof): what the test sets, counted."""
+        self.host.proofs.append(state_dir)
+        return self.host.proof
+
 
 class Host:
     """One host as the deploy reaches it: its Docker engine, images, records and watchdog."""
@@ -94,6 +100,7 @@ class Host:
         self.watch.diagnostics = str(diagnostics)
         self.commands, self.target = Commands(self), SimpleNamespace(host=name)
         self.state_dirs: list[str] = []
+        self.proof, self.proofs = Proof(True, "a 4-token completion answered in 0.05 s"), []
 
     def reconnect_docker(self) -> FakeDocker:
         return self.docker
@@ -256,6 +263,37 @@ def test_a_first_deploy_warms_watches_and_records_what_serves_then_a_rerun_chang
     again = play.run(args(), bench=False)
     assert (again["status"], again["changed"], again["prewarm"]) == ("unchanged", False, None)
     assert len(host.store.served) == 1 and len(play.log) == 2  # neither warmed nor watched again
+
+
+def test_a_proven_engine_that_does_not_answer_is_restarted_and_watched_never_called_unchanged(play: Play) -> None:
+    """issue 35: /health 200 over a frozen engine core. The rerun asks the host's proof of serving; a
+    proven version that does not answer is restarted as it is and watched to READY, or the task fails
+    with a sentence naming what did not answer."""
+    host = play.hosts["tb-1"]
+    play.run(args(), bench=False, state_dir="/srv/state")
+    engine = host.docker.named(CONTAINER)
+    assert engine is not None and engine.starts == 1
+    host.proof = Proof(False, "engine process(es) stopped (state T): 41 VLLM::EngineCore; no answer to a "
+                       "4-token completion in 15 s", 15.0, ["41 VLLM::EngineCore"])  # fmt: skip
+    again = play.run(args(), bench=False, state_dir="/srv/state")
+    assert (again["status"], again["changed"], again["failed"]) == ("restarted", True, False)
+    assert again["msg"].startswith("the proven engine did not answer (engine process(es) stopped (state T): "
+                                   "41 VLLM::EngineCore; ")  # fmt: skip
+    assert "restarted the same version, READY" in again["msg"]
+    assert host.docker.named(CONTAINER) is engine and engine.starts == 2 and engine.policy == "unless-stopped"
+    assert host.proofs == ["/srv/state"]  # asked of the host's own records (a first deploy watches READY)
+    # Restarting brings nothing back: the task fails, naming what did not answer and the watch's verdict.
+    host.watch.outcomes = {"sha256:v1": "STALLED"}
+    failed = play.run(args(), bench=False, state_dir="/srv/state")
+    assert failed["failed"] is True
+    assert failed["msg"].startswith("the engine did not answer (engine process(es) stopped (state T)")
+    assert "restarting the same proven version did not bring it back: STALLED" in failed["msg"]
+    # Answering again: unchanged, and the proof's sentence says how it was proven.
+    host.watch.outcomes, host.proof = {}, Proof(True, "a 4-token completion answered in 0.05 s")
+    play.run(args(), bench=False, state_dir="/srv/state")
+    fine = play.run(args(), bench=False, state_dir="/srv/state")
+    assert (fine["status"], fine["changed"]) == ("unchanged", False)
+    assert fine["msg"].endswith("not restarted; a 4-token completion answered in 0.05 s")
 
 
 def test_a_version_that_fails_is_rolled_back_and_the_task_fails_with_both_verdicts(play: Play) -> None:
