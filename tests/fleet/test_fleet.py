@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
 
 import docker
@@ -291,6 +292,58 @@ def test_a_restarted_router_gets_its_workers_back_from_the_sentinel(fleet):
     journal = sentinel_journal()
     assert all(f"BACK {w}: serves, and the router had lost it" in journal for w in workers), journal[-3000:]
     record_timing(f"router restarted: all {HOSTS} workers back (sentinel) after", total)
+
+
+def test_the_router_killed_during_a_rolling_deploy_comes_back_with_every_ready_worker(fleet):
+    """issue 35: the router process SIGKILLed while the first host rolls. The rollout waits for it (systemd
+    brings it back empty), neither leaves a proven host out nor adds one that is not READY; the router ends
+    with every worker, and requests fail only while it is down."""
+    workers = [worker_of(i) for i in range(1, HOSTS + 1)]
+    killed: dict[str, float] = {}
+
+    def kill_while_the_first_host_rolls(base: str, stop: threading.Event) -> None:
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                try:
+                    if len(http.get(f"{base}/list_workers").json()["urls"]) < HOSTS:  # the first host left
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            if stop.is_set():
+                return
+            killed["at"] = time.monotonic()
+            on_host(ROUTER_HOST, "systemctl kill -s KILL specdeploy-router")
+            while not stop.is_set():
+                try:
+                    http.get(f"{base}/list_workers").raise_for_status()
+                    killed["back"] = time.monotonic()
+                    return
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+
+    stop = threading.Event()
+    with router() as base, Load(base, MODEL, api_key(), max_s=ROLLOUT_S) as load:
+        killer = threading.Thread(target=kill_while_the_first_host_rolls, args=(base, stop), daemon=True)
+        killer.start()
+        run = deploy("--tags", "deploy", "-e", "serving_num_speculative_tokens=3", "-e", "serving_bench=false",
+                     timeout=ROLLOUT_S)  # fmt: skip
+        stop.set()
+        killer.join(10)
+        all_back = max(wait_for(base, w, True, 60) for w in workers)
+        time.sleep(3)
+    assert "at" in killed and "back" in killed, killed
+    assert run.returncode == 0, run.output[-5000:]
+    events = re.findall(r"^  \S+: (?:specdeploy-engine: )?(left the router|READY|joined the router)", run.output,
+                        re.MULTILINE)  # fmt: skip
+    assert events == ["left the router", "READY", "joined the router"] * HOSTS, events
+    down_s = killed["back"] - killed["at"]
+    late = [f for f, sent in zip(load.result.failures, load.result.failed_sent_at, strict=True)
+            if not killed["at"] - 1 <= sent <= killed["back"] + 2]  # fmt: skip
+    assert late == [], late[:10]
+    record_timing("router SIGKILLed during a rolling deploy: down for (systemd restart)", down_s)
+    record_timing(f"  requests failed while it was down (of {load.result.sent})", len(load.result.failures))
+    record_timing(f"  every worker back in the router {all_back:.1f} s after the deploy; the deploy took", run.seconds)
 
 
 TWO_HOST_PORT, TWO_HOST_RENDEZVOUS = 8100, 29511

@@ -88,3 +88,41 @@ def test_a_sentinel_that_does_not_answer_stops_the_rollout_before_it_begins(rout
         fleet.hold()
     assert "systemctl status specdeploy-sentinel" in refused.value.hint
     assert router_host.calls == []
+
+
+class RestartingRouter(FakeConnection):
+    """The router's port refuses for its first DOWN forwards (a crashed router, back under systemd)."""
+
+    def __init__(self, ports: dict[int, int], down: int) -> None:
+        super().__init__(ports)
+        self.down = down
+
+    def forward(self, remote_port: int) -> Forward:
+        if remote_port == 8080 and self.down > 0:
+            self.down -= 1
+            self.forwarded.append(remote_port)
+            return Forward(1)
+        return super().forward(remote_port)
+
+
+def test_a_router_that_restarts_under_a_rollout_is_waited_for(router_host):
+    port = router_host.server_address[1]
+    said: list[str] = []
+    fleet = RouterMembership(RestartingRouter({8080: port, 8081: port}, down=2), 8080, WORKER, said.append,  # type: ignore[arg-type]
+                             sentinel_port=8081, patience_s=30)  # fmt: skip
+    assert fleet.join() is True
+    assert [p for p, _ in router_host.calls] == ["/add_worker", "/release"]
+    assert said[0].startswith("the router on router-host did not answer (ConnectError); waiting for it (up to 30 s")
+
+
+@pytest.mark.parametrize("step", ["leave", "join"])
+def test_a_router_that_stays_down_gives_the_host_back_to_the_sentinel(router_host, step):
+    """The rollout stops with a sentence, and the host is released: the sentinel adds the proven engine back
+    once the router answers (never left out, held, by a rollout that could not reach the router)."""
+    port = router_host.server_address[1]
+    fleet = RouterMembership(FakeConnection({8081: port}), 8080, WORKER, lambda line: None,  # type: ignore[arg-type]
+                             sentinel_port=8081, patience_s=1.5)  # fmt: skip
+    fleet.hold()
+    with pytest.raises(SpecdeployError, match=r"the router on router-host did not answer for 2 s"):
+        getattr(fleet, step)()
+    assert [p for p, _ in router_host.calls] == ["/hold", "/release"]
