@@ -105,7 +105,11 @@ def process_states(root_pid: int, proc: Path = Path("/proc")) -> dict[int, tuple
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-        table[int(entry.name)] = (int(ppid), state, name)
+        try:  # comm is cut at 15 characters ("VLLM::EngineCor"); the command line says the whole name
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
+        except OSError:
+            argv0 = ""
+        table[int(entry.name)] = (int(ppid), state, argv0.split()[0] if argv0 and len(name) >= 15 else name)
     found, todo = {}, [root_pid]
     while todo:
         pid = todo.pop()
