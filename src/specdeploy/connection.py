@@ -50,7 +50,7 @@ class CommandHost:
         """specdeploy.proof run on the host (one SSH round): a bounded completion and the engine's
         process states. A host that does not answer within the proof's own bounds is named, not waited on."""
         cmd = self.as_root("python3", "-c", proof.on_host_script(), container, state_dir, str(timeout_s))
-        bound = timeout_s + proof.STUCK_D_S + 2 * proof.DOCKER_TIMEOUT_S + SSH_ROUND_S
+        bound = timeout_s + proof.STUCK_D_S + proof.DOCKER_TIMEOUT_S + SSH_ROUND_S  # its one docker call
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=bound, check=False)
         except subprocess.TimeoutExpired:

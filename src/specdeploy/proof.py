@@ -60,11 +60,10 @@ def complete(
     *,
     tokens: int = PROOF_TOKENS,
     timeout_s: float = PROOF_TIMEOUT_S,
-    headers: dict[str, str] | None = None,
 ) -> tuple[bool, str, float]:
     """A real completion of TOKENS tokens at URL (the engine's base): (answered, what happened, seconds)."""
     body = {"model": model, "prompt": "ping", "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    sent = {"Content-Type": "application/json", **(headers or {})}
+    sent = {"Content-Type": "application/json"}
     if api_key:
         sent["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(f"{url.rstrip('/')}/v1/completions", json.dumps(body).encode(), sent)
