@@ -161,6 +161,31 @@ def tiny_models(architecture: str, variant: str = "") -> Path:
     return out
 
 
+# The full-depth form's weights, measured on the H200 (2026-12-04, 32 experts): 66.86 GiB, of which the
+# routed experts are ~44.3 GiB (24.8 MB each: INT4 packed plus group-32 scales, 60 MoE layers). 16
+# experts leave ~45 GiB, which fits an 80 GB H100 with the drafter, graphs and a KV cache; 32 do not.
+FULL_EXPERTS_MIN_MIB = 120_000
+
+
+def experts_for(arg: str, gpu_total_mib: int | None = None) -> int:
+    """The routed experts per layer: a number as given, or `auto`: 32 on a GPU of 120 GB or more (the
+    H200), else 16 (the H100), so one command serves whichever machine the device tool lends."""
+    if arg != "auto":
+        return int(arg)
+    if gpu_total_mib is None:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        gpu_total_mib = int(smi.stdout.split()[0])
+    return 32 if gpu_total_mib >= FULL_EXPERTS_MIN_MIB else 16
+
+
+def model_form(args: argparse.Namespace) -> dict[str, Any]:
+    """What was served, named in each command.json and in the baseline's key."""
+    if args.form != "full-depth":
+        return {"form": args.form, "architecture": args.architecture}
+    return {"form": args.form, "layers": args.layers, "routed_experts_per_layer": experts_for(args.experts)}
+
+
 def full_depth_models(layers: int, experts: int) -> Path:
     """Kimi-K2.5 at its real shapes (specdeploy_testbed.real_shapes): config and tokenizer only, for
     `--load-format dummy`; LAYERS deep, EXPERTS routed experts per layer (cut to fit one GPU)."""
@@ -350,7 +375,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
     out = OUT / args.tag if args.tag else OUT
     out.mkdir(parents=True, exist_ok=True)
     values = inventory_vars(ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
-    models = (full_depth_models(args.layers, args.experts) if args.form == "full-depth"
+    models = (full_depth_models(args.layers, model_form(args)["routed_experts_per_layer"]) if args.form == "full-depth"
               else tiny_models(args.architecture))  # fmt: skip
     if args.drafter_ids:
         variant = STORE / "models" / f"{args.architecture}-ids-{args.drafter_ids.replace(',', '-')}"
@@ -379,11 +404,18 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
            "PYTHONUNBUFFERED": "1", **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
     argv, extra_env, named = test_only(engine_argv(config.command()), args.engine, args)
     env |= extra_env
-    record = {"engine": args.engine, "rendered_command": config.command(), "ran": argv, "env": env,
-              "inventory": args.inventory, "overrides": args.set, "architecture": args.architecture,
-              "drafter_ids": args.drafter_ids or None, "test_only": named,
-              "model_form": {"form": args.form, **({"layers": args.layers, "routed_experts_per_layer": args.experts}
-                                                   if args.form == "full-depth" else {})}}  # fmt: skip
+    record = {
+        "engine": args.engine,
+        "rendered_command": config.command(),
+        "ran": argv,
+        "env": env,
+        "inventory": args.inventory,
+        "overrides": args.set,
+        "architecture": args.architecture,
+        "drafter_ids": args.drafter_ids or None,
+        "test_only": named,
+        "model_form": model_form(args),
+    }
     (out / "command.json").write_text(json.dumps(record, indent=2))
     log(f"rendered: {' '.join(config.command())}")
     watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(out / "engine.log"),
@@ -456,7 +488,9 @@ def gate(args: argparse.Namespace) -> int:
     judge = benchmark_gate(values, config)
     local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
     off = config.speculation_off()
-    key = judge.baseline_key(config.baseline_digest(), args.engine_version)
+    # The rendered flags name /models/target whatever form lies there: the form joins the key.
+    form = json.dumps(model_form(args), sort_keys=True)
+    key = judge.baseline_key(f"{config.baseline_digest()} {form}", args.engine_version)
     kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
     if args.baseline:
         code, verdict_line, seconds = start_watched(off, args, out / "baseline")
@@ -589,7 +623,11 @@ def main() -> int:
         help="the test bed's tiny models, or Kimi-K2.5's real shapes (specdeploy_testbed.real_shapes)",
     )
     engine_run.add_argument("--layers", type=int, default=61, help="full-depth: decoder layers")
-    engine_run.add_argument("--experts", type=int, default=32, help="full-depth: routed experts per layer (cut)")
+    engine_run.add_argument(
+        "--experts",
+        default="auto",
+        help="full-depth: routed experts per layer (cut); auto: what fits this GPU (experts_for)",
+    )
     engine_run.add_argument("--dummy-load", action="store_true", help="test-only: --load-format dummy")
     engine_run.add_argument(
         "--acceptance",

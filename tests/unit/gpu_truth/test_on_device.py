@@ -214,3 +214,18 @@ def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status
     on_device.receive(1_800)  # only the first call's figure counts
     now[0] += 600  # 630 s held of 1,000
     assert on_device.bound(570) == 1_000 - 630 - on_device.PACK_MARGIN_S
+
+
+@pytest.mark.parametrize(("arg", "mib", "experts"), [("auto", 143_771, 32), ("auto", 81_559, 16), ("24", 81_559, 24)])
+def test_the_full_depth_form_keeps_the_experts_the_lent_gpu_holds(arg: str, mib: int, experts: int) -> None:
+    # nvidia-smi's memory.total on the lent H200 and H100 (KINDS.md): 32 experts (66.86 GiB of weights,
+    # measured) do not fit the H100's 80 GB with a KV cache; 16 do.
+    assert on_device.experts_for(arg, mib) == experts
+
+
+def test_the_model_form_is_part_of_the_baseline_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(on_device, "experts_for", lambda arg, mib=None: 16 if arg == "auto" else int(arg))
+    h100 = argparse.Namespace(form="full-depth", layers=61, experts="auto", architecture="kimi_k25")
+    h200 = argparse.Namespace(form="full-depth", layers=61, experts="32", architecture="kimi_k25")
+    assert on_device.model_form(h100) == {"form": "full-depth", "layers": 61, "routed_experts_per_layer": 16}
+    assert json.dumps(on_device.model_form(h100)) != json.dumps(on_device.model_form(h200))
