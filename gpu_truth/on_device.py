@@ -92,8 +92,13 @@ def bound(most: float) -> int:
     return max(1, int(min(most, left)))
 
 
-def receive(budget_s: int | None = None) -> None:
-    """Moves what this call carried into the store; says which parts each engine still lacks."""
+def receive(budget_s: int | None = None, held_s: int | None = None) -> None:
+    """Moves what this call carried into the store; says which parts each engine still lacks. HELD_S:
+    the lease's held_s from an earlier call's answer (a start took 267 s of it on the H100, 2026-12-05,
+    not MACHINE_START_S), so the bounds count from the machine's real start."""
+    if held_s is not None:
+        STORE.mkdir(parents=True, exist_ok=True)
+        (STORE / "held-since").write_text(f"{time.time() - held_s:.0f}")
     held_since()
     budget(budget_s)
     for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
@@ -334,8 +339,9 @@ class LocalExec:
     its files and commands are this machine's; the client (`vllm ...`, `python3 -m ...`) runs on this
     python3 with one engine's carried site alone (SGLang's pins, openai among them, would shadow vLLM's)."""
 
-    def __init__(self, engine_sites: str) -> None:
+    def __init__(self, engine_sites: str, keep: Path | None = None) -> None:
         self.env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
+        self.keep = keep  # each client run's result, appended as it finishes (a cut call keeps them)
 
     def put_archive(self, path: str, data: bytes) -> bool:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -350,6 +356,9 @@ class LocalExec:
         argv = [sys.executable if a == "python3" else a for a in argv]
         done = subprocess.run(argv, capture_output=True, env={**self.env, **(environment or {})}, check=False)
         output = (done.stdout, done.stderr) if demux else done.stdout + done.stderr
+        if self.keep is not None and argv[:1] == ["cat"] and argv[-1].endswith(".json") and done.returncode == 0:
+            with self.keep.open("a") as kept:
+                kept.write(json.dumps({"at": time.strftime("%H:%M:%S"), "result": json.loads(done.stdout)}) + "\n")
         return types.SimpleNamespace(exit_code=done.returncode, output=output)
 
 
@@ -483,66 +492,110 @@ def gate(args: argparse.Namespace) -> int:
     by the n-th baseline sweep, so each repeat has its own crossover line and the runs can be held
     to each other (a gate whose crossover moves between runs of one configuration measures noise)."""
     out, values, config = prepare(args)  # (puts the checkout's src/ on the path)
-    from specdeploy.gate import rules  # noqa: PLC0415
-
     judge = benchmark_gate(values, config)
-    local = LocalExec(str(site(args.engine)))  # the engine's own client, from its own site
-    off = config.speculation_off()
+    # the engine's own client, from its own site; each of its runs kept in $OUT as it finishes
+    local = LocalExec(str(site(args.engine)), keep=out / "client-runs.jsonl")
+    engine, where = (config.speculation_off(), out / "baseline") if args.baseline else (config, out / "speculative")
     # The rendered flags name /models/target whatever form lies there: the form joins the key.
     form = json.dumps(model_form(args), sort_keys=True)
     key = judge.baseline_key(f"{config.baseline_digest()} {form}", args.engine_version)
     kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
-    if args.baseline:
-        code, verdict_line, seconds = start_watched(off, args, out / "baseline")
-        measured: dict[str, Any] = {"sweep": [], "note": f"the speculation-off engine was not READY ({verdict_line})"}
-        doc: dict[str, Any] = {}
-        try:
-            started = time.monotonic()
-            if code == 0:
-                measured = judge.baseline(local, None)
-            log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - started:.1f} s: "
-                + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
-                            for p in measured["sweep"]))  # fmt: skip
-            doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured, "repeats": []}
-            keep(doc, kept, out)
-            for n in range(2, args.repeat + 1) if code == 0 and measured.get("max_tokens") else ():
-                doc["repeats"].append(judge.sweep(local, int(measured["max_tokens"])))
-                log(f"baseline, sweep {n}: " + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s')}"
-                                                        for p in doc["repeats"][-1]))  # fmt: skip
-                keep(doc, kept, out)
-        finally:
-            stop_engines()
-        return code
-    baseline, source = kept_baseline(kept, key, args.baseline_file)
-    log(f"baseline {key[:19]}: {source}")
-    code, verdict_line, seconds = start_watched(config, args, out / "speculative")
+    baseline: dict[str, Any] | None = None
+    if not args.baseline:
+        baseline, source = kept_baseline(kept, key, args.baseline_file)
+        log(f"baseline {key[:19]}: {source}")
+    started = start_watched(engine, args, where) if args.phase == "all" else engine_up(engine, args, where)
+    if started is None:  # --phase up: the engine left READY for the next call
+        return 0 if engine_groups() else 1
     try:
-        if code == 0:
-            verdict = json.loads((out / "speculative" / "verdict.json").read_text())
-            result = judge(local, verdict, None, None, baseline)
-            report = {**result.report, "start_s": seconds, "repeats": []}
-            (out / "bench.json").write_text(json.dumps(report, indent=2))
-            log(result.message)
-            repeats = (baseline or {}).get("repeats") or []
-            tokens = int((baseline or {}).get("max_tokens") or (result.report.get("figures") or {}).get("max_tokens")
-                         or rules.CALIBRATION_TOKENS)  # fmt: skip
-            for n in range(2, args.repeat + 1):
-                sweep = judge.sweep(local, tokens)
-                against = repeats[n - 2] if len(repeats) >= n - 1 else []
-                speedup = rules.speedups(sweep, against) if against else {}
-                line = (
-                    rules.crossover(speedup, rules.failed_levels(sweep, against))
-                    if against
-                    else "no baseline sweep of this repeat"
-                )
-                report["repeats"].append({"sweep": sweep, "baseline_sweep": against,
-                                          "speedup": {str(c): x for c, x in sorted(speedup.items())},
-                                          "crossover": line})  # fmt: skip
-                (out / "bench.json").write_text(json.dumps(report, indent=2))
-                log(f"sweep {n}: {line}")
+        if args.baseline:
+            measure_baseline(judge, local, started, args, kept=kept, out=out, key=key)
+        elif started[0] == 0:
+            measure_speculative(judge, local, started, args, out=out, baseline=baseline)
     finally:
         stop_engines()
-    return code
+    return started[0]
+
+
+def measure_baseline(judge: Any, local: LocalExec, started: tuple[int, str, float], args: argparse.Namespace,
+                     *, kept: Path, out: Path, key: str) -> None:  # fmt: skip
+    """The speculation-off engine's sweep, kept under its key (and each repeat's as it comes)."""
+    code, verdict_line, seconds = started
+    measured: dict[str, Any] = {"sweep": [], "note": f"the speculation-off engine was not READY ({verdict_line})"}
+    begun = time.monotonic()
+    if code == 0:
+        measured = judge.baseline(local, None)
+    log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - begun:.1f} s: "
+        + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
+                    for p in measured["sweep"]))  # fmt: skip
+    doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured, "repeats": []}
+    keep(doc, kept, out)
+    for n in range(2, args.repeat + 1) if code == 0 and measured.get("max_tokens") else ():
+        doc["repeats"].append(judge.sweep(local, int(measured["max_tokens"])))
+        log(f"baseline, sweep {n}: " + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s')}"
+                                                for p in doc["repeats"][-1]))  # fmt: skip
+        keep(doc, kept, out)
+
+
+def measure_speculative(judge: Any, local: LocalExec, started: tuple[int, str, float], args: argparse.Namespace,
+                        *, out: Path, baseline: dict[str, Any] | None) -> None:  # fmt: skip
+    """The gate on the READY speculative engine against BASELINE (bench.json, the crossover line),
+    then each repeat's sweep against the baseline's repeat of the same number."""
+    from specdeploy.gate import rules  # noqa: PLC0415
+
+    verdict = json.loads((out / "speculative" / "verdict.json").read_text())
+    result = judge(local, verdict, None, None, baseline)
+    report = {**result.report, "start_s": started[2], "repeats": []}
+    (out / "bench.json").write_text(json.dumps(report, indent=2))
+    log(result.message)
+    repeats = (baseline or {}).get("repeats") or []
+    tokens = int((baseline or {}).get("max_tokens") or (result.report.get("figures") or {}).get("max_tokens")
+                 or rules.CALIBRATION_TOKENS)  # fmt: skip
+    for n in range(2, args.repeat + 1):
+        sweep = judge.sweep(local, tokens)
+        against = repeats[n - 2] if len(repeats) >= n - 1 else []
+        speedup = rules.speedups(sweep, against) if against else {}
+        line = (
+            rules.crossover(speedup, rules.failed_levels(sweep, against))
+            if against
+            else "no baseline sweep of this repeat"
+        )
+        report["repeats"].append({"sweep": sweep, "baseline_sweep": against,
+                                  "speedup": {str(c): x for c, x in sorted(speedup.items())},
+                                  "crossover": line})  # fmt: skip
+        (out / "bench.json").write_text(json.dumps(report, indent=2))
+        log(f"sweep {n}: {line}")
+
+
+def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float] | None:
+    """A gate in two device calls, so a cold start (442 s on the H100) and the measuring each have a
+    call's 10 minutes: `--phase up` starts the engine under the watchdog and leaves it READY (it runs in
+    its own session, which outlives the call while the machine stays warm), its records kept in the
+    store; `--phase measure` finds that engine, running the same command, and returns its start's
+    (exit, verdict line, seconds) with the records back in OUT. None: `up` is done."""
+    up = STORE / "up" / out.name
+    if args.phase == "up":
+        code, verdict_line, seconds = start_watched(config, args, out)
+        if code != 0:
+            stop_engines()
+        shutil.rmtree(up, ignore_errors=True)
+        shutil.copytree(out, up, ignore=shutil.ignore_patterns("diagnostics"))
+        (up / "up.json").write_text(json.dumps({"exit": code, "verdict": verdict_line, "seconds": seconds}))
+        return None
+    if not (up / "up.json").is_file():
+        raise SystemExit(f"no engine was started for {out.name}: run the same gate with --phase up first")
+    ran = json.loads((up / "command.json").read_text())["ran"]
+    if ran != test_only(engine_argv(config.command()), args.engine, args)[0]:
+        raise SystemExit(
+            f"the running engine was started with another command ({up / 'command.json'}): --phase up again"
+        )
+    try:
+        get_json(f"http://127.0.0.1:{PORT}/v1/models")
+    except OSError as exc:
+        raise SystemExit(f"the engine started for {out.name} does not answer ({exc}): --phase up again") from exc
+    shutil.copytree(up, out, dirs_exist_ok=True)
+    started = json.loads((up / "up.json").read_text())
+    return int(started["exit"]), str(started["verdict"]), float(started["seconds"])
 
 
 def kept_baseline(kept: Path, key: str, carried: Path | None) -> tuple[dict[str, Any] | None, str]:
@@ -596,7 +649,9 @@ def main() -> int:
         return watch(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
-    sub.add_parser("receive").add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
+    receiving = sub.add_parser("receive")
+    receiving.add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
+    receiving.add_argument("--held", type=int, help="the lease's held_s in the last answer (the start's real cost)")
     sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
     packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
     packing.add_argument("name")
@@ -648,6 +703,12 @@ def main() -> int:
         help="a baseline.json kept from an earlier session's --baseline (same key), when this machine has none",
     )
     gat.add_argument("--engine-version", default="", help="the engine's version (part of the baseline's key)")
+    gat.add_argument(
+        "--phase",
+        default="all",
+        choices=("all", "up", "measure"),
+        help="up: start the engine and leave it READY; measure: the gate on the engine `up` left (two calls)",
+    )
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
     args = parser.parse_args()
     if args.step == "gate":
@@ -655,7 +716,7 @@ def main() -> int:
     if args.step == "bound":
         print(bound(args.most))
         return 0
-    done = {"receive": lambda: receive(args.budget), "stop": stop_engines, "pack": lambda: pack(args.name),
+    done = {"receive": lambda: receive(args.budget, args.held), "stop": stop_engines, "pack": lambda: pack(args.name),
             "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
     if done:
         done()

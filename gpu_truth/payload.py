@@ -716,10 +716,11 @@ def plan(
     baseline_file: str = "",
 ) -> list[str]:
     """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
-    it everything outside the checkout): one part per call, the install with the last, then the
-    gate's calls on the full-depth model forms. BUDGET_S (status's budget_left_s) bounds the last gate
-    call when below a session's; GATES: the gate calls this session holds; BASELINE_FILE: a kept
-    baseline.json of an earlier session, for speculative calls on a machine without its own."""
+    it everything outside the checkout): one part per call, the install with the last, then two
+    calls per gate on the full-depth model form (its engine started, then measured). BUDGET_S
+    (status's budget_left_s) bounds the last gate call when below a session's; GATES: the gate calls
+    this session holds; BASELINE_FILE: a kept baseline.json of an earlier session, for speculative
+    calls on a machine without its own."""
     parts = sorted(p.name for p in out.glob("part-*"))
     rel = out.relative_to(ROOT)
     step = "python3 gpu_truth/on_device.py"
@@ -731,13 +732,16 @@ def plan(
         calls.append(f"run carry={json.dumps(carry)} command={command!r}")
     version = f" --engine-version {release}" if release else ""
     carried = f" --baseline-file {baseline_file}" if baseline_file else ""
+    bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
     for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
         how = asked if asked == "--baseline" else asked + carried
-        bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
-        command = (f"{step} stop; PYTHONUNBUFFERED=1 {bound} {step} gate {engine} "
-                   f"--inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load{version} {how}; "
-                   f"rc=$?; {step} stop; {step} pack {tag}; exit $rc")  # fmt: skip
-        calls.append(f"run timeout_s=600 command={command!r}")
+        gate = (f"PYTHONUNBUFFERED=1 {bound} {step} gate {engine} --inventory inventories/gpu-h200-full-depth "
+                f"--form full-depth --dummy-load{version} {how}")  # fmt: skip
+        # A cold full-depth start took 442 s of a call's 570 (H100, 2026-12-05): the start gets a call
+        # and leaves the engine READY (its own process session outlives the call); the next measures it.
+        up = f"{step} stop; {gate} --phase up; rc=$?; {step} pack {tag}-up; exit $rc"
+        measure = f"{gate} --phase measure; rc=$?; {step} stop; {step} pack {tag}; exit $rc"
+        calls += [f"run timeout_s=600 command={up!r}", f"run timeout_s=600 command={measure!r}"]
     return calls
 
 

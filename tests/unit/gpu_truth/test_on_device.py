@@ -62,6 +62,8 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
         spec.unlink(missing_ok=True) if config.speculative_method == "none" else spec.touch()
         out.mkdir(parents=True, exist_ok=True)
         (out / "verdict.json").write_text(json.dumps({"status": "READY"}))
+        ran = on_device.test_only(on_device.engine_argv(config.command()), args.engine, args)[0]
+        (out / "command.json").write_text(json.dumps({"ran": ran}))
         return 0, "READY 1.0 s", 1.0
 
     monkeypatch.setattr(on_device, "start_watched", start)
@@ -105,6 +107,25 @@ def test_a_baseline_from_an_earlier_session_judges_only_its_own_configuration(ma
     assert json.loads((machine.root / "out" / "bench.json").read_text())["speedup"] == {"1": 1.3, "4": 1.3, "16": 1.3}
     with pytest.raises(SystemExit, match="is not this configuration's"):
         call("--engine-version", "0.27.0", "--baseline-file", str(carried), monkeypatch=monkeypatch)
+
+
+def test_a_gate_in_two_calls_measures_the_engine_the_first_left_ready(machine: Machine, monkeypatch) -> None:
+    # A cold start on the H100 took 442 s of a call's 570: the start and the measuring get a call each.
+    monkeypatch.setattr(on_device, "engine_groups", lambda: {4242})
+    monkeypatch.setattr(on_device, "get_json", lambda url, timeout=10: {"data": []})
+    with pytest.raises(SystemExit, match="--phase up first"):
+        call("--baseline", "--phase", "measure", monkeypatch=monkeypatch)
+    assert call("--baseline", "--phase", "up", monkeypatch=monkeypatch) == 0
+    assert machine.started == ["none"] and not (machine.root / "out" / "baseline.json").exists()
+    with pytest.raises(SystemExit, match="another command"):
+        call("--baseline", "--phase", "measure", "--set", "serving_max_model_len=4096", monkeypatch=monkeypatch)
+    assert call("--baseline", "--phase", "measure", monkeypatch=monkeypatch) == 0
+    assert machine.started == ["none"]  # measured, not started again
+    assert [p["concurrency"] for p in json.loads((machine.root / "out" / "baseline.json").read_text())["sweep"]] == [
+        1, 4, 16]  # fmt: skip
+    # each client run kept as it finished (a call cut at its bound keeps the levels it measured)
+    runs = (machine.root / "out" / "client-runs.jsonl").read_text().splitlines()
+    assert len(runs) >= 3 and all("output_throughput" in json.loads(r)["result"] for r in runs)
 
 
 def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: Path) -> None:
@@ -202,6 +223,19 @@ def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_
     assert on_device.held_since() == 10_000.0 - on_device.MACHINE_START_S
     now[0] += 3_600
     assert on_device.bound(570) == 1
+
+
+def test_a_slow_start_given_by_the_leases_held_seconds_moves_the_mark_back(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    now = [10_000.0]
+    monkeypatch.setattr(on_device.time, "time", lambda: now[0])
+    on_device.receive(1_800)  # the first call assumes a MACHINE_START_S start
+    now[0] += 10
+    on_device.receive(held_s=290)  # the answer said 290 s held: the start took 267 s, not 30
+    assert on_device.held_since() == 10_010.0 - 290
+    assert on_device.bound(570) == 570
+    now[0] += 1_200  # 1,490 s held of 1,800
+    assert on_device.bound(570) == 1_800 - 1_490 - on_device.PACK_MARGIN_S
 
 
 def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(

@@ -130,20 +130,26 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     for n in range(3):
         (out / f"part-{n:02d}").write_bytes(b"x")
     calls = payload.plan("sglang", out, "0.5.23")
-    assert len(calls) == 3 + len(payload.GATE_CALLS)
+    assert len(calls) == 3 + 2 * len(payload.GATE_CALLS)  # each gate: its engine started, then measured
     assert '"SHA256SUMS"' not in calls[1] and ".gpu-payload/sglang/SHA256SUMS" in calls[0]
     assert "install sglang" in calls[2] and "install" not in calls[1]
-    baseline, *speculative = calls[3:]
-    assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in baseline
-    assert "--engine-version 0.5.23 --baseline" in baseline and "pack spec-off" in baseline
+    up, measure, *speculative = calls[3:]
+    assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in up
+    assert "--engine-version 0.5.23 --baseline --phase up" in up and "pack spec-off-up" in up
+    assert "--baseline --phase measure" in measure and "pack spec-off;" in measure
     bounded = f"timeout -s INT $(python3 gpu_truth/on_device.py bound {payload.GATE_BOUND_S})"
-    assert all(bounded in call and call.index("stop") < call.index("gate") for call in calls[3:])
-    assert ["--acceptance 2.3" in speculative[0], "--acceptance 1.6" in speculative[1]] == [True, True]
+    assert all(bounded in call for call in calls[3:])
+    # the up call stops what ran before it and leaves its engine; the measure call stops it after
+    for up, measure in zip(calls[3::2], calls[4::2], strict=True):
+        assert up.index("stop") < up.index("gate") and "stop" not in up[up.index("gate") :]
+        assert "stop" not in measure[: measure.index("gate")] and "stop" in measure[measure.index("gate") :]
+    assert ["--acceptance 2.3" in speculative[0], "--acceptance 1.6" in speculative[2]] == [True, True]
     budgeted = payload.plan("sglang", out, "0.5.23", budget_s=1_200)
     assert "receive --budget 1200 &&" not in budgeted[0] and "receive --budget 1200" in budgeted[0]
     assert "--budget" not in "".join(budgeted[1:])
     later = payload.plan("sglang", out, "0.5.23", gates=("acc2.3",), baseline_file="kept/baseline.json")
-    assert len(later) == 3 + 1 and "--acceptance 2.3 --baseline-file kept/baseline.json;" in later[-1]
+    assert len(later) == 3 + 2 and all("--acceptance 2.3 --baseline-file kept/baseline.json --phase" in c
+                                       for c in later[-2:])  # fmt: skip
 
 
 def test_parts_cut_again_rejoin_into_the_same_payload(tmp_path: Path, monkeypatch) -> None:
