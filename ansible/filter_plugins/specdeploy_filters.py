@@ -195,6 +195,8 @@ class FilterModule:
             "specdeploy_serving_config_names": serving_config_names,
             "specdeploy_serving_config": serving_config,
             "specdeploy_host_problems": hostchecks.host_problems,
+            "specdeploy_docker_unanswered": hostchecks.docker_unanswered,
+            "specdeploy_timed_out": hostchecks.timed_out,
             "specdeploy_gpu_commands": gpu_commands,
             "specdeploy_gpu_facts": gpu_facts,
             "specdeploy_gpu_problems": gpu_problems,

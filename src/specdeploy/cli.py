@@ -20,7 +20,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
-from specdeploy.playbook import run_playbook
+from specdeploy.playbook import run_playbook, unreachable_sentence
 from specdeploy.report import pages as report_pages
 from specdeploy.report.reading import DEFAULT_LAST as REPORT_LAST
 from specdeploy.serve import endpoint
@@ -144,6 +144,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     _print_table(began, testbed_s, timing_file)
     if run.returncode != 0:
         err.print(f"[red]deploy failed[/] (ansible-playbook exited {run.returncode}); see the failed task above")
+        if lost := unreachable_sentence(run.recap):
+            err.print(f"[red]deploy stopped[/]: {lost}")
         return 1
     err.print(f"[green]deploy ok[/]: {len(run.recap)} host(s), changed={run.changed}")
     _print_next(args)

@@ -38,6 +38,18 @@ def parse_recap(output: str) -> dict[str, dict[str, int]]:
     return recap
 
 
+def unreachable_sentence(recap: dict[str, dict[str, int]]) -> str | None:
+    """What a run that lost a host's SSH says first: the host, that the run stopped there (the preflight
+    play is fatal to all, a rollout batch stops the rollout), and the next command. None if none was lost."""
+    lost = sorted(host for host, counts in recap.items() if counts.get("unreachable", 0))
+    if not lost:
+        return None
+    names = ", ".join(lost)
+    return (f"{names}: unreachable over SSH, so the run stopped at {'them' if len(lost) > 1 else 'it'}: hosts of "
+            "earlier batches keep what their rollout proved, and no later batch was started. When "
+            f"`ssh` to {names} works again, run make deploy again: what serves and is converged is kept")  # fmt: skip
+
+
 def ansible_env() -> dict[str, str]:
     config = project_root() / "ansible.cfg"
     # An installed specdeploy outside a checkout has no ansible.cfg: the inventory carries the SSH

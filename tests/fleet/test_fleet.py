@@ -33,7 +33,7 @@ from specdeploy_testbed.fleet import (
     router,
 )
 from specdeploy_testbed.load import Load
-from tests.integration.helpers import ROOT, Result, record_timing, specdeploy
+from tests.integration.helpers import ROOT, Result, assert_clear_error, record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
 ROLLOUT_S = 2400  # the load runs as long as the rolling deploy may
@@ -344,6 +344,68 @@ def test_the_router_killed_during_a_rolling_deploy_comes_back_with_every_ready_w
     record_timing("router SIGKILLed during a rolling deploy: down for (systemd restart)", down_s)
     record_timing(f"  requests failed while it was down (of {load.result.sent})", len(load.result.failures))
     record_timing(f"  every worker back in the router {all_back:.1f} s after the deploy; the deploy took", run.seconds)
+
+
+def test_a_host_whose_docker_hangs_is_refused_before_any_host_changes(fleet):
+    """issue 35: testbed-3's dockerd frozen (SIGSTOP: every docker command there blocks, its engine serves
+    on). A whole deploy that would roll every host is refused in the Preflight play, within its bound,
+    naming the host; no engine changed and every worker stays in the router."""
+    before = {i: engine(i) for i in range(HOSTS)}
+    on_host(3, "pkill -STOP -x dockerd")
+    try:
+        run = deploy("-e", "serving_num_speculative_tokens=1", timeout=900)
+    finally:
+        on_host(3, "pkill -CONT -x dockerd")
+    assert_clear_error(run, "testbed-3: the Docker engine did not answer `docker info` within 20 s",
+                       "nothing was changed on any host")  # fmt: skip
+    assert not re.search(r"^  \S+: (?:specdeploy-engine: )?left the router", run.output, re.MULTILINE), run.output
+    assert {i: engine(i) for i in range(HOSTS)} == before
+    with router() as base:
+        assert all(wait_for(base, worker_of(i), True, 30) < 30 for i in range(1, HOSTS + 1))
+    record_timing("a host's dockerd hung: the deploy refused in preflight after", run.seconds)
+
+
+def test_a_host_cut_off_while_the_batch_before_it_rolls_stops_the_rollout_naming_it(fleet):
+    """issue 35: testbed-2's SSH cut (sshd stopped, its sessions killed: Ansible's persisted connection
+    too) while testbed-1's batch rolls. testbed-1 ends proven on the new version, back in the router; the
+    rollout stops at testbed-2 with a sentence naming it; testbed-2 and testbed-3 are untouched and no
+    worker is left out of the router."""
+    before = {i: engine(i) for i in range(HOSTS)}
+    cut: dict[str, float] = {}
+
+    def cut_while_the_first_host_rolls(base: str, stop: threading.Event) -> None:
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    if len(http.get(f"{base}/list_workers").json()["urls"]) < HOSTS:  # the first host left
+                        break
+                time.sleep(0.2)
+        if not stop.is_set():
+            on_host(2, "systemctl stop ssh.service ssh.socket 2>/dev/null; pkill -KILL -x sshd; true")
+            cut["at"] = time.monotonic()
+
+    stop = threading.Event()
+    try:
+        with router() as base:
+            cutter = threading.Thread(target=cut_while_the_first_host_rolls, args=(base, stop), daemon=True)
+            cutter.start()
+            run = deploy("--tags", "deploy", "-e", "serving_num_speculative_tokens=2", "-e", "serving_bench=false",
+                         timeout=ROLLOUT_S)  # fmt: skip
+            stop.set()
+            cutter.join(10)
+            in_router = [wait_for(base, worker_of(i), True, 60) < 60 for i in range(1, HOSTS + 1)]
+    finally:
+        on_host(2, "systemctl start ssh.service")
+    assert "at" in cut, run.output[-3000:]
+    assert_clear_error(run, "deploy stopped", "testbed-2: unreachable over SSH, so the run stopped at it")
+    events = re.findall(r"^  (\S+): (?:specdeploy-engine: )?(left the router|READY|joined the router)", run.output,
+                        re.MULTILINE)  # fmt: skip
+    assert events == [("testbed-1", "left the router"), ("testbed-1", "READY"), ("testbed-1", "joined the router")]
+    assert in_router == [True] * HOSTS, in_router
+    status, started, config, _ = engine(0)
+    assert status == "running" and started != before[0][1] and config != before[0][2], before[0]
+    assert engine(1) == before[1] and engine(2) == before[2]
+    record_timing("a host's SSH cut while the batch before it rolled: the deploy stopped after", run.seconds)
 
 
 TWO_HOST_PORT, TWO_HOST_RENDEZVOUS = 8100, 29511

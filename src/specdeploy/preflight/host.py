@@ -99,6 +99,25 @@ def build_runs(run_tags: object, skip_tags: object) -> bool:
     return bool(run & {"all", ENGINE_IMAGE_TAG}) or run == {"preflight"}
 
 
+# `timeout`'s exits when the command ran past its bound (124), or ignored the TERM and was killed: timeout
+# then kills its own process group, itself included (-9 as Python's subprocess, and Ansible, read it; 137 in a shell).
+TIMED_OUT_EXITS = (124, 137, -9)
+
+
+def timed_out(exit_code: object) -> bool:
+    """Whether a command run under `timeout` was stopped by it."""
+    return exit_code in TIMED_OUT_EXITS
+
+
+def docker_unanswered(host: str, seconds: object) -> str:
+    """The refusal of a host whose Docker daemon does not answer `docker info` within SECONDS (a hung
+    dockerd blocks every docker command without end): said in the Preflight play, so no host is
+    changed (the play is fatal to the whole run)."""
+    return (f"{host}: the Docker engine did not answer `docker info` within {seconds} s (its daemon hangs); "
+            f"nothing was changed on any host. On {host}: `systemctl status docker` and `journalctl -u docker -n 50`, "
+            "then `systemctl restart docker` (the containers keep running), then make deploy again")  # fmt: skip
+
+
 def host_problems(host: str, reads: dict[str, object], options: dict[str, object]) -> list[str]:
     """Disk and port, from the preflight role's reads (see roles/preflight/tasks/host.yml)."""
     free = parse_free(str(reads.get("free", "")))

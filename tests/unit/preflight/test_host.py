@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+
+from specdeploy.preflight import host
 from specdeploy.preflight.host import GIB, host_problems, parse_free, parse_ss
 
 # The shape `ss -ltnpH` prints (as root, with processes).
@@ -76,3 +79,20 @@ def test_build_space_is_checked_only_when_the_build_play_runs():
     for run_tags, skip_tags in ((["preflight", "provision"], []), (["all"], ["engine_image"]), (["deploy"], [])):
         options = {**OPTIONS, "run_tags": run_tags, "skip_tags": skip_tags}
         assert host_problems("gpu-1", short, options) == [], (run_tags, skip_tags)
+
+
+def test_a_docker_that_does_not_answer_is_named_with_its_bound_and_the_next_command():
+    said = host.docker_unanswered("gpu-7", 20)
+    assert said.startswith("gpu-7: the Docker engine did not answer `docker info` within 20 s")
+    assert "nothing was changed on any host" in said and "systemctl restart docker" in said
+
+
+def test_timed_out_reads_the_exits_of_the_real_timeout_command():
+    # The role's argv: timeout --kill-after=5 N docker info; here with commands that end, hang, or ignore TERM.
+    def exit_of(*argv: str) -> int:
+        return subprocess.run(["timeout", "--kill-after=1", "1", *argv], check=False).returncode
+
+    assert host.timed_out(exit_of("sleep", "5"))  # 124: TERM at the bound
+    assert host.timed_out(exit_of("sh", "-c", "trap '' TERM; sleep 5"))  # KILL a second later (timeout's own group: -9)
+    assert not host.timed_out(exit_of("true"))
+    assert not host.timed_out(exit_of("no-such-command-here"))  # no Docker yet: not a hang
