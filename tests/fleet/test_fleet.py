@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 
 import docker
 import httpx
@@ -294,6 +295,28 @@ def test_a_restarted_router_gets_its_workers_back_from_the_sentinel(fleet):
     record_timing(f"router restarted: all {HOSTS} workers back (sentinel) after", total)
 
 
+def roll_while_the_first_host_rolls(base: str, act: Callable[[str, threading.Event], None], change: str) -> Result:
+    """A `--tags deploy` rollout of CHANGE (the gate off) during which ACT(base, stop) runs once the first
+    host has left the router (its batch rolls); STOP is set when the rollout has ended."""
+    stop = threading.Event()
+
+    def when_the_first_host_left() -> None:
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    if len(http.get(f"{base}/list_workers").json()["urls"]) < HOSTS:
+                        act(base, stop)
+                        return
+                time.sleep(0.2)
+
+    actor = threading.Thread(target=when_the_first_host_left, daemon=True)
+    actor.start()
+    run = deploy("--tags", "deploy", "-e", change, "-e", "serving_bench=false", timeout=ROLLOUT_S)
+    stop.set()
+    actor.join(10)
+    return run
+
+
 def test_the_router_killed_during_a_rolling_deploy_comes_back_with_every_ready_worker(fleet):
     """issue 35: the router process SIGKILLed while the first host rolls. The rollout waits for it (systemd
     brings it back empty), neither leaves a proven host out nor adds one that is not READY; the router ends
@@ -301,19 +324,10 @@ def test_the_router_killed_during_a_rolling_deploy_comes_back_with_every_ready_w
     workers = [worker_of(i) for i in range(1, HOSTS + 1)]
     killed: dict[str, float] = {}
 
-    def kill_while_the_first_host_rolls(base: str, stop: threading.Event) -> None:
+    def kill_the_router(base: str, stop: threading.Event) -> None:
+        killed["at"] = time.monotonic()
+        on_host(ROUTER_HOST, "systemctl kill -s KILL specdeploy-router")
         with httpx.Client(timeout=5) as http:
-            while not stop.is_set():
-                try:
-                    if len(http.get(f"{base}/list_workers").json()["urls"]) < HOSTS:  # the first host left
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-            if stop.is_set():
-                return
-            killed["at"] = time.monotonic()
-            on_host(ROUTER_HOST, "systemctl kill -s KILL specdeploy-router")
             while not stop.is_set():
                 try:
                     http.get(f"{base}/list_workers").raise_for_status()
@@ -322,14 +336,8 @@ def test_the_router_killed_during_a_rolling_deploy_comes_back_with_every_ready_w
                 except httpx.HTTPError:
                     time.sleep(0.1)
 
-    stop = threading.Event()
     with router() as base, Load(base, MODEL, api_key(), max_s=ROLLOUT_S) as load:
-        killer = threading.Thread(target=kill_while_the_first_host_rolls, args=(base, stop), daemon=True)
-        killer.start()
-        run = deploy("--tags", "deploy", "-e", "serving_num_speculative_tokens=3", "-e", "serving_bench=false",
-                     timeout=ROLLOUT_S)  # fmt: skip
-        stop.set()
-        killer.join(10)
+        run = roll_while_the_first_host_rolls(base, kill_the_router, "serving_num_speculative_tokens=3")
         all_back = max(wait_for(base, w, True, 60) for w in workers)
         time.sleep(3)
     assert "at" in killed and "back" in killed, killed
@@ -373,26 +381,13 @@ def test_a_host_cut_off_while_the_batch_before_it_rolls_stops_the_rollout_naming
     before = {i: engine(i) for i in range(HOSTS)}
     cut: dict[str, float] = {}
 
-    def cut_while_the_first_host_rolls(base: str, stop: threading.Event) -> None:
-        with httpx.Client(timeout=5) as http:
-            while not stop.is_set():
-                with contextlib.suppress(httpx.HTTPError):
-                    if len(http.get(f"{base}/list_workers").json()["urls"]) < HOSTS:  # the first host left
-                        break
-                time.sleep(0.2)
-        if not stop.is_set():
-            on_host(2, "systemctl stop ssh.service ssh.socket 2>/dev/null; pkill -KILL -x sshd; true")
-            cut["at"] = time.monotonic()
+    def cut_its_ssh(base: str, stop: threading.Event) -> None:
+        on_host(2, "systemctl stop ssh.service ssh.socket 2>/dev/null; pkill -KILL -x sshd; true")
+        cut["at"] = time.monotonic()
 
-    stop = threading.Event()
     try:
         with router() as base:
-            cutter = threading.Thread(target=cut_while_the_first_host_rolls, args=(base, stop), daemon=True)
-            cutter.start()
-            run = deploy("--tags", "deploy", "-e", "serving_num_speculative_tokens=2", "-e", "serving_bench=false",
-                         timeout=ROLLOUT_S)  # fmt: skip
-            stop.set()
-            cutter.join(10)
+            run = roll_while_the_first_host_rolls(base, cut_its_ssh, "serving_num_speculative_tokens=2")
             in_router = [wait_for(base, worker_of(i), True, 60) < 60 for i in range(1, HOSTS + 1)]
     finally:
         on_host(2, "systemctl start ssh.service")
