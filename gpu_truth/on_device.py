@@ -467,9 +467,9 @@ def serve(args: argparse.Namespace) -> int:
     return code
 
 
-def benchmark_gate(values: dict[str, Any], config: Any) -> Any:
+def benchmark_gate(values: dict[str, Any], config: Any, hardware_line: str | None = None) -> Any:
     """The benchmark gate as the serving action builds it, from the inventory's serving_bench_* and
-    this machine's hardware line."""
+    this machine's hardware line (or HARDWARE_LINE, a record's)."""
     from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, hardware  # noqa: PLC0415
     from specdeploy.gate.rules import GateSettings  # noqa: PLC0415
 
@@ -478,8 +478,16 @@ def benchmark_gate(values: dict[str, Any], config: Any) -> Any:
     settings = GateSettings.from_vars(named)
     if settings.problems():
         raise SystemExit("the inventory's benchmark settings are refused:\n- " + "\n- ".join(settings.problems()))
-    probe = subprocess.run(["sh", "-c", HARDWARE_PROBE], capture_output=True, text=True, check=False)
-    return BenchmarkGate.for_engine(settings, config, hardware(probe.stdout))
+    if hardware_line is None:
+        probe = subprocess.run(["sh", "-c", HARDWARE_PROBE], capture_output=True, text=True, check=False)
+        hardware_line = hardware(probe.stdout)
+    return BenchmarkGate.for_engine(settings, config, hardware_line)
+
+
+def baseline_key(judge: Any, config: Any, form: dict[str, Any], engine_version: str) -> str:
+    """The key a baseline is kept and found under: the rendered flags name /models/target whatever
+    form lies there, so the form joins the gate's own key (flags, release, hardware, sweep)."""
+    return str(judge.baseline_key(f"{config.baseline_digest()} {json.dumps(form, sort_keys=True)}", engine_version))
 
 
 def gate(args: argparse.Namespace) -> int:
@@ -496,9 +504,7 @@ def gate(args: argparse.Namespace) -> int:
     # the engine's own client, from its own site; each of its runs kept in $OUT as it finishes
     local = LocalExec(str(site(args.engine)), keep=out / "client-runs.jsonl")
     engine, where = (config.speculation_off(), out / "baseline") if args.baseline else (config, out / "speculative")
-    # The rendered flags name /models/target whatever form lies there: the form joins the key.
-    form = json.dumps(model_form(args), sort_keys=True)
-    key = judge.baseline_key(f"{config.baseline_digest()} {form}", args.engine_version)
+    key = baseline_key(judge, config, model_form(args), args.engine_version)
     kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
     baseline: dict[str, Any] | None = None
     if not args.baseline:
@@ -514,6 +520,9 @@ def gate(args: argparse.Namespace) -> int:
             measure_speculative(judge, local, started, args, out=out, baseline=baseline)
     finally:
         stop_engines()
+        live_log = live_records(where) / "engine.log"
+        if args.phase == "measure" and live_log.is_file():  # the whole log: the start, then the traffic
+            shutil.copy(live_log, where / "engine.log")
     return started[0]
 
 
@@ -573,14 +582,16 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
     its own session, which outlives the call while the machine stays warm), its records kept in the
     store; `--phase measure` finds that engine, running the same command, and returns its start's
     (exit, verdict line, seconds) with the records back in OUT. None: `up` is done."""
-    up = STORE / "up" / out.name
+    up = live_records(out)
     if args.phase == "up":
-        code, verdict_line, seconds = start_watched(config, args, out)
+        shutil.rmtree(up, ignore_errors=True)
+        # Watched into the store: the engine writes its log there for as long as it runs (this call's
+        # $OUT is packed and emptied at its end; the measuring call's traffic would go to a deleted file).
+        code, verdict_line, seconds = start_watched(config, args, up)
         if code != 0:
             stop_engines()
-        shutil.rmtree(up, ignore_errors=True)
-        shutil.copytree(out, up, ignore=shutil.ignore_patterns("diagnostics"))
         (up / "up.json").write_text(json.dumps({"exit": code, "verdict": verdict_line, "seconds": seconds}))
+        shutil.copytree(up, out, dirs_exist_ok=True)
         return None
     if not (up / "up.json").is_file():
         raise SystemExit(f"no engine was started for {out.name}: run the same gate with --phase up first")
@@ -593,9 +604,14 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
         get_json(f"http://127.0.0.1:{PORT}/v1/models")
     except OSError as exc:
         raise SystemExit(f"the engine started for {out.name} does not answer ({exc}): --phase up again") from exc
-    shutil.copytree(up, out, dirs_exist_ok=True)
+    shutil.copytree(up, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("diagnostics"))
     started = json.loads((up / "up.json").read_text())
     return int(started["exit"]), str(started["verdict"]), float(started["seconds"])
+
+
+def live_records(out: Path) -> Path:
+    """Where a two-call gate's engine keeps its records while it runs (the store outlives each call)."""
+    return STORE / "up" / out.name
 
 
 def kept_baseline(kept: Path, key: str, carried: Path | None) -> tuple[dict[str, Any] | None, str]:

@@ -64,6 +64,7 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
         (out / "verdict.json").write_text(json.dumps({"status": "READY"}))
         ran = on_device.test_only(on_device.engine_argv(config.command()), args.engine, args)[0]
         (out / "command.json").write_text(json.dumps({"ran": ran}))
+        (out / "engine.log").write_text("INFO:     Application startup complete.\n")
         return 0, "READY 1.0 s", 1.0
 
     monkeypatch.setattr(on_device, "start_watched", start)
@@ -117,6 +118,10 @@ def test_a_gate_in_two_calls_measures_the_engine_the_first_left_ready(machine: M
         call("--baseline", "--phase", "measure", monkeypatch=monkeypatch)
     assert call("--baseline", "--phase", "up", monkeypatch=monkeypatch) == 0
     assert machine.started == ["none"] and not (machine.root / "out" / "baseline.json").exists()
+    assert (machine.root / "out" / "baseline" / "engine.log").is_file()  # the up call returns the start's log
+    shutil.rmtree(machine.root / "out")  # `pack` empties $OUT; the engine runs on, logging into the store
+    with (machine.root / "store" / "up" / "baseline" / "engine.log").open("a") as live:
+        live.write('INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
     with pytest.raises(SystemExit, match="another command"):
         call("--baseline", "--phase", "measure", "--set", "serving_max_model_len=4096", monkeypatch=monkeypatch)
     assert call("--baseline", "--phase", "measure", monkeypatch=monkeypatch) == 0
@@ -126,6 +131,8 @@ def test_a_gate_in_two_calls_measures_the_engine_the_first_left_ready(machine: M
     # each client run kept as it finished (a call cut at its bound keeps the levels it measured)
     runs = (machine.root / "out" / "client-runs.jsonl").read_text().splitlines()
     assert len(runs) >= 3 and all("output_throughput" in json.loads(r)["result"] for r in runs)
+    log = (machine.root / "out" / "baseline" / "engine.log").read_text()
+    assert "startup complete" in log and log.endswith("200 OK\n")  # the start, then the measuring's traffic
 
 
 def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: Path) -> None:
@@ -155,6 +162,27 @@ def test_the_h200_gate_runs_are_todays_rendering_and_rules(run: str) -> None:
         values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
         config = on_device.render(values)
         assert (config if method == "eagle3" else config.speculation_off()).command() == record["rendered_command"]
+
+
+def test_the_h100_full_depth_baseline_is_todays_rendering_and_key_and_its_sweeps_agree() -> None:
+    """The speculation-off baseline of Kimi-K2.5 at full depth (16 experts a layer) on the H100
+    (vLLM 0.33.0, 2026-12-06): what the next session's speculative calls take as --baseline-file. Its
+    command is today's rendering and its key is the one today's gate computes for that form and
+    hardware (a change fails this: the baseline is owed again); every level completed in both sweeps."""
+    run = RUNS / "vllm-0.33-full-depth-h100-gate"
+    base = json.loads((run / "baseline.json").read_text())
+    record = json.loads((run / "spec-off-command.json").read_text())
+    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
+    config = on_device.render(values)
+    assert config.speculation_off().command() == record["rendered_command"]
+    judge = on_device.benchmark_gate(values, config, base["hardware"])
+    assert on_device.baseline_key(judge, config, record["model_form"], "0.33.0") == base["key"]
+    assert record["model_form"] == {"form": "full-depth", "layers": 61, "routed_experts_per_layer": 16}
+    first, second = base["sweep"], base["repeats"][0]
+    assert [p["concurrency"] for p in first] == [p["concurrency"] for p in second] == [1, 4, 16, 64]
+    assert all(rules.measured(p) for p in first + second)
+    for a, b in zip(first, second, strict=True):  # one engine measured twice: within 5 % at every level
+        assert abs(a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) < 0.05, (a, b)
 
 
 def test_repeats_measure_the_same_engine_again_each_against_its_own_baseline_sweep(machine: Machine,
