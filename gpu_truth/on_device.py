@@ -92,13 +92,14 @@ def bound(most: float) -> int:
     return max(1, int(min(most, left)))
 
 
-def receive(budget_s: int | None = None, held_s: int | None = None) -> None:
-    """Moves what this call carried into the store; says which parts each engine still lacks. HELD_S:
-    the lease's held_s from an earlier call's answer (a start took 267 s of it on the H100, 2026-12-05,
-    not MACHINE_START_S), so the bounds count from the machine's real start."""
-    if held_s is not None:
+def receive(budget_s: int | None = None, left_s: int | None = None) -> None:
+    """Moves what this call carried into the store; says which parts each engine still lacks. LEFT_S:
+    the budget_left_s of an earlier call's answer, so the bounds count from what the lease really
+    charged (a start took 267 s of it on the H100 on 2026-12-05, none on 2026-12-06: not MACHINE_START_S)."""
+    if left_s is not None:
         STORE.mkdir(parents=True, exist_ok=True)
-        (STORE / "held-since").write_text(f"{time.time() - held_s:.0f}")
+        (STORE / "budget").write_text(str(left_s))
+        (STORE / "held-since").write_text(f"{time.time():.0f}")
     held_since()
     budget(budget_s)
     for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
@@ -667,7 +668,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     receiving = sub.add_parser("receive")
     receiving.add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
-    receiving.add_argument("--held", type=int, help="the lease's held_s in the last answer (the start's real cost)")
+    receiving.add_argument("--left", type=int, help="budget_left_s in the last answer (what the lease charged so far)")
     sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
     packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
     packing.add_argument("name")
@@ -732,7 +733,7 @@ def main() -> int:
     if args.step == "bound":
         print(bound(args.most))
         return 0
-    done = {"receive": lambda: receive(args.budget, args.held), "stop": stop_engines, "pack": lambda: pack(args.name),
+    done = {"receive": lambda: receive(args.budget, args.left), "stop": stop_engines, "pack": lambda: pack(args.name),
             "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
     if done:
         done()

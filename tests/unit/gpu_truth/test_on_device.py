@@ -253,17 +253,18 @@ def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_
     assert on_device.bound(570) == 1
 
 
-def test_a_slow_start_given_by_the_leases_held_seconds_moves_the_mark_back(tmp_path: Path, monkeypatch) -> None:
+def test_the_budget_left_in_an_answer_resets_the_bounds_clock(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
     now = [10_000.0]
     monkeypatch.setattr(on_device.time, "time", lambda: now[0])
     on_device.receive(1_800)  # the first call assumes a MACHINE_START_S start
     now[0] += 10
-    on_device.receive(held_s=290)  # the answer said 290 s held: the start took 267 s, not 30
-    assert on_device.held_since() == 10_010.0 - 290
+    on_device.receive(left_s=1_500)  # its answer said 1,500 left: the start was charged 290 s, not 30
     assert on_device.bound(570) == 570
-    now[0] += 1_200  # 1,490 s held of 1,800
-    assert on_device.bound(570) == 1_800 - 1_490 - on_device.PACK_MARGIN_S
+    now[0] += 1_200
+    assert on_device.bound(570) == 1_500 - 1_200 - on_device.PACK_MARGIN_S
+    on_device.receive()  # a later call without it keeps the reading
+    assert on_device.bound(570) == 1_500 - 1_200 - on_device.PACK_MARGIN_S
 
 
 def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(

@@ -136,7 +136,7 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     up, measure, *speculative = calls[3:]
     assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in up
     assert "--engine-version 0.5.23 --baseline --phase up" in up and "pack spec-off-up" in up
-    assert "--baseline --phase measure" in measure and "pack spec-off;" in measure
+    assert f"--baseline --phase measure --repeat {payload.REPEATS}" in measure and "pack spec-off;" in measure
     bounded = f"timeout -s INT $(python3 gpu_truth/on_device.py bound {payload.GATE_BOUND_S})"
     assert all(bounded in call for call in calls[3:])
     # the up call stops what ran before it and leaves its engine; the measure call stops it after
@@ -147,6 +147,7 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     budgeted = payload.plan("sglang", out, "0.5.23", budget_s=1_200)
     assert "receive --budget 1200 &&" not in budgeted[0] and "receive --budget 1200" in budgeted[0]
     assert "--budget" not in "".join(budgeted[1:])
+    assert "receive --left LEFT" in budgeted[1] and "--left" not in "".join(budgeted[2:])  # the first answer's
     later = payload.plan("sglang", out, "0.5.23", gates=("acc2.3",), baseline_file="kept/baseline.json")
     assert len(later) == 3 + 2 and all("--acceptance 2.3 --baseline-file kept/baseline.json --phase" in c
                                        for c in later[-2:])  # fmt: skip
