@@ -295,6 +295,17 @@ def test_a_restarted_router_gets_its_workers_back_from_the_sentinel(fleet):
     record_timing(f"router restarted: all {HOSTS} workers back (sentinel) after", total)
 
 
+def built_image() -> str:
+    """The engine image the fleet's first deploy built (the same tag on every host)."""
+    out = on_host(1, "docker images --filter 'reference=specdeploy/vllm-cpu:*' --format '{{.Repository}}:{{.Tag}}'")
+    return out.split()[0]
+
+
+def built_image_var() -> tuple[str, str]:
+    """`--tags deploy` skips the build play, which hands the image to the serving phase: name it."""
+    return "-e", json.dumps({"serving_image": built_image()})
+
+
 def roll_while_the_first_host_rolls(base: str, act: Callable[[str, threading.Event], None], change: str) -> Result:
     """A `--tags deploy` rollout of CHANGE (the gate off) during which ACT(base, stop) runs once the first
     host has left the router (its batch rolls); STOP is set when the rollout has ended."""
@@ -311,7 +322,7 @@ def roll_while_the_first_host_rolls(base: str, act: Callable[[str, threading.Eve
 
     actor = threading.Thread(target=when_the_first_host_left, daemon=True)
     actor.start()
-    run = deploy("--tags", "deploy", "-e", change, "-e", "serving_bench=false", timeout=ROLLOUT_S)
+    run = deploy("--tags", "deploy", *built_image_var(), "-e", change, "-e", "serving_bench=false", timeout=ROLLOUT_S)
     stop.set()
     actor.join(10)
     return run

@@ -26,7 +26,7 @@ from specdeploy.fleet.sentinel import PATHS
 from specdeploy.records import host_runs
 from specdeploy_testbed.fleet import MODEL, SENTINEL_FAILURES, SENTINEL_INTERVAL, SENTINEL_TIMEOUT, api_key, router
 from specdeploy_testbed.fleet import deploy_args as fleet_deploy_args
-from tests.fleet.test_fleet import engine, on_host, sentinel_journal, wait_for, worker_of
+from tests.fleet.test_fleet import built_image_var, engine, on_host, sentinel_journal, wait_for, worker_of
 from tests.integration.helpers import Result, record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
@@ -38,13 +38,8 @@ HEADLESS_LINE = "headless multiproc executor, with head node address"  # vLLM's 
 
 def deploy(*extra: str, timeout: int = 3600) -> Result:
     """`specdeploy deploy` of the group; with --tags deploy, of the image the first deploy built."""
-    image = ("-e", json.dumps({"serving_image": built_image()})) if "--tags" in extra else ()
+    image = built_image_var() if "--tags" in extra else ()
     return specdeploy("deploy", *DEPLOY_ARGS, *image, *extra, timeout=timeout)
-
-
-def built_image() -> str:
-    out = on_host(1, "docker images --filter 'reference=specdeploy/vllm-cpu:*' --format '{{.Repository}}:{{.Tag}}'")
-    return out.split()[0]
 
 
 def version(n: int) -> str:
