@@ -185,6 +185,39 @@ def test_the_h100_full_depth_baseline_is_todays_rendering_and_key_and_its_sweeps
         assert abs(a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) < 0.05, (a, b)
 
 
+@pytest.mark.parametrize(("tag", "acceptance"), [("acc2.3", 2.3), ("acc1.6", 1.6)])
+def test_the_h100_full_depth_gate_is_todays_rendering_rules_and_baseline_and_its_repeats_agree(
+    tag: str, acceptance: float
+) -> None:
+    """The gate at full depth (16 experts a layer) on the H100 at a set acceptance (vLLM 0.33.0,
+    2026-12-06): each speculative run was judged against the kept baseline (its key), its speed-ups and
+    crossover are what today's rules make of the recorded sweeps, its command is today's rendering, the
+    acceptance measured is the one set, and the two sweeps of the same engine name the same crossover
+    (issue 40: both runs must agree)."""
+    run = RUNS / "vllm-0.33-full-depth-h100-gate"
+    base = json.loads((run / "baseline.json").read_text())
+    bench = json.loads((run / f"{tag}-bench.json").read_text())
+    record = json.loads((run / f"{tag}-command.json").read_text())
+    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
+    assert on_device.render(values).command() == record["rendered_command"]
+    assert record["test_only"]["synthetic_acceptance_length"] == acceptance
+    assert bench["baseline"]["key"] == base["key"] and bench["baseline"]["sweep"] == base["sweep"]
+    assert bench["hardware"] == base["hardware"] and "H100" in bench["hardware"]
+    assert bench["gate"]["passed"] and abs(bench["figures"]["acceptance_length"] - acceptance) < 0.05
+    (repeat,) = bench["repeats"]
+    assert repeat["baseline_sweep"] == base["repeats"][0]
+    lines = []
+    for sweep, baseline, kept, line in ((bench["sweep"], base["sweep"], bench["speedup"], bench["crossover"]),
+                                        (repeat["sweep"], repeat["baseline_sweep"], repeat["speedup"],
+                                         repeat["crossover"])):  # fmt: skip
+        assert all(rules.measured(p) for p in sweep) and [p["concurrency"] for p in sweep] == [1, 4, 16, 64]
+        assert all(abs(p["acceptance_length"] - acceptance) < 0.1 for p in sweep), sweep
+        speedup = rules.speedups(sweep, baseline)
+        assert {str(c): s for c, s in speedup.items()} == kept and line == rules.crossover(speedup)
+        lines.append([c for c, s in sorted(speedup.items()) if s >= 1.0])
+    assert lines[0] == lines[1] == [1, 4, 16], lines  # the same crossover in both runs: pays up to 16
+
+
 def test_repeats_measure_the_same_engine_again_each_against_its_own_baseline_sweep(machine: Machine,
                                                                                   monkeypatch) -> None:  # fmt: skip
     assert call("--baseline", "--repeat", "2", "--engine-version", "0.33.0", monkeypatch=monkeypatch) == 0
