@@ -311,12 +311,18 @@ class Pace:
         """busy when the counters moved, frozen when requests wait and nothing moved for the stall
         bound; None (idle: a completion decides when due)."""
         before, self.last = self.last, progress
+        was_in_flight = bool(before and before.in_flight)
         if self.absorb:  # the tokens of our own completion are not the engine's traffic
             self.absorb, before = False, None
         if before is not None and progress.tokens != before.tokens:  # (a restarted engine counts from 0)
             self.moved_at = now
             self.next_completion = now + self.settings.interval_s  # progress is proof: no probe of our own
             return Probe("busy", f"{progress.tokens - before.tokens:+.0f} tokens, {progress.in_flight:.0f} in flight")
+        if progress.in_flight > 0 and not was_in_flight:
+            # The stall counts from when requests came in flight, not from the last traffic: an engine
+            # idle for minutes meets a request whose prefill (seconds on a CPU) has no token yet
+            # (the fleet's false removal of 2026-12-06, "no token for 11 s").
+            self.moved_at = max(self.moved_at, now)
         still = now - self.moved_at
         if progress.in_flight > 0 and still >= self.settings.progress_stall_s:
             return Probe("frozen", f"{progress.in_flight:.0f} request(s) in flight and no token for {still:.0f} s")

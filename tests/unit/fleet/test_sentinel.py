@@ -293,21 +293,31 @@ class Script:
         return Probe("ok", "a completion answered in 0.1 s")
 
 
+class Ticks:
+    """One sentinel watching one worker over simulated seconds (one look a second), its pace kept
+    across the calls of `run`; a serving, busy engine adds tokens each second."""
+
+    def __init__(self, script: Script) -> None:
+        self.script, self.router = script, FakeRouter({"http://w"})
+        self.sentinel = Sentinel(Settings(), self.router, None, say=lambda line: None,  # type: ignore[arg-type]
+                                 metrics=script.metrics, completion=script.completion, clock=script.clock)  # fmt: skip
+        self.worker, self.pace = Worker("http://w", "m"), Pace(self.sentinel.settings, script.now)
+
+    def run(self, until_s: float, *, serve: bool = True) -> tuple[list[tuple[str, str]], list[float]]:
+        script, removed_at, seen = self.script, [], len(self.router.calls)
+        while script.now < until_s:
+            if script.in_flight and not script.frozen and serve:
+                script.tokens += 40
+            decision = self.sentinel.step(self.worker, self.sentinel.look(self.worker, self.pace), script.now)
+            if decision.action == "remove":
+                removed_at.append(script.now)
+            script.now += self.sentinel.settings.health_every_s
+        return self.router.calls[seen:], removed_at
+
+
 def run_ticks(script: Script, until_s: float, *, serve: bool = True) -> tuple[list[tuple[str, str]], list[float]]:
-    """The sentinel's loop, one look a simulated second; a serving, busy engine adds tokens each second."""
-    router = FakeRouter({"http://w"})
-    sentinel = Sentinel(Settings(), router, None, say=lambda line: None, metrics=script.metrics,  # type: ignore[arg-type]
-                        completion=script.completion, clock=script.clock)  # fmt: skip
-    worker, removed_at = Worker("http://w", "m"), []
-    pace = Pace(sentinel.settings, script.now)
-    while script.now < until_s:
-        if script.in_flight and not script.frozen and serve:
-            script.tokens += 40
-        decision = sentinel.step(worker, sentinel.look(worker, pace), script.now)
-        if decision.action == "remove":
-            removed_at.append(script.now)
-        script.now += sentinel.settings.health_every_s
-    return router.calls, removed_at
+    """A sentinel started afresh, watching SCRIPT's engine until UNTIL_S."""
+    return Ticks(script).run(until_s, serve=serve)
 
 
 def test_a_busy_engine_proves_itself_by_its_counters_and_is_never_probed_or_removed():
@@ -333,6 +343,24 @@ def test_a_frozen_idle_engine_is_out_within_ten_seconds_and_an_idle_one_that_ans
     script.frozen, frozen_at = True, script.now
     calls, removed_at = run_ticks(script, 180)
     assert calls == [("remove", "http://w")] and removed_at[0] - frozen_at <= 10, removed_at
+
+
+def test_a_request_that_reaches_a_long_idle_engine_is_not_a_freeze_until_it_waits_the_stall_bound():
+    """The fleet's false removal (2026-12-06: `1 request(s) in flight and no token for 11 s`, an engine
+    idle since the test before): the stall is counted from when requests came in flight, not from the
+    engine's last traffic. A first request whose prefill takes 3 s is no freeze; one that waits the
+    whole stall bound is."""
+    script = Script()
+    ticks = Ticks(script)
+    assert ticks.run(60) == ([], [])  # idle: only our own completions moved its counters
+    script.in_flight = 1
+    assert ticks.run(63, serve=False) == ([], [])  # a CPU engine's prefill: no token for 3 s
+    assert ticks.run(90) == ([], [])  # then it generates
+    script.in_flight = 0
+    assert ticks.run(120) == ([], [])
+    script.in_flight, waiting_from = 1, script.now
+    calls, removed_at = ticks.run(140, serve=False)  # a request that never gets a token
+    assert calls == [("remove", "http://w")] and 5 <= removed_at[0] - waiting_from <= 10, removed_at
 
 
 def test_a_slow_completion_while_tokens_move_is_a_failure_not_a_freeze():
