@@ -261,14 +261,18 @@ class Sentinel:
             verdict = pace.read(reading, now)
             if verdict is not None:
                 return verdict
-            seen = Probe("alive", "idle: no token moved, nothing in flight")
+            waiting = reading.in_flight > 0
+            seen = Probe("alive", f"{reading.in_flight:.0f} request(s) in flight, within the stall bound" if waiting
+                         else "idle: no token moved, nothing in flight")  # fmt: skip
         elif reading.kind in ("down", "dead"):
             return reading
         else:
-            seen = reading
+            waiting, seen = False, reading
         state = self.states.get(worker.url, WorkerState())
         out_and_answering = not state.member and not state.held and seen.kind == "alive"
-        if not pace.completion_due(now) and not out_and_answering:
+        # Requests in flight are judged by their own tokens and the stall bound, never by a probe of ours:
+        # it would queue behind them, and its timeout would make a busy engine's slow answer a freeze.
+        if (waiting or not pace.completion_due(now)) and not out_and_answering:
             return seen
         probe = self.completion(worker, self.settings.completion_timeout_s)
         pace.completed(self.clock())

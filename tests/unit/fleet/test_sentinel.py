@@ -299,7 +299,8 @@ class Ticks:
 
     def __init__(self, script: Script) -> None:
         self.script, self.router = script, FakeRouter({"http://w"})
-        self.sentinel = Sentinel(Settings(), self.router, None, say=lambda line: None,  # type: ignore[arg-type]
+        self.said: list[str] = []
+        self.sentinel = Sentinel(Settings(), self.router, None, say=self.said.append,  # type: ignore[arg-type]
                                  metrics=script.metrics, completion=script.completion, clock=script.clock)  # fmt: skip
         self.worker, self.pace = Worker("http://w", "m"), Pace(self.sentinel.settings, script.now)
 
@@ -330,10 +331,14 @@ def test_a_busy_engine_proves_itself_by_its_counters_and_is_never_probed_or_remo
 def test_a_frozen_engine_under_load_is_out_within_ten_seconds_at_the_defaults():
     script = Script()
     script.in_flight = 16
-    run_ticks(script, 30)
-    script.frozen, frozen_at = True, script.now  # the gauges keep their last values (the core reports nothing)
-    calls, removed_at = run_ticks(script, 60)
+    ticks = Ticks(script)
+    ticks.run(30)
+    script.frozen, frozen_at, probes = True, script.now, script.completions  # the gauges keep their last values
+    calls, removed_at = ticks.run(60)
     assert calls == [("remove", "http://w")] and removed_at[0] - frozen_at <= 10, removed_at
+    # judged by its requests' missing tokens, never by a probe of ours queued behind them (the fleet's
+    # 2026-12-06 run took it out by a probe's timeout, 8 s after the freeze instead of 5)
+    assert script.completions == probes and "16 request(s) in flight and no token" in ticks.said[-1], ticks.said
 
 
 def test_a_frozen_idle_engine_is_out_within_ten_seconds_and_an_idle_one_that_answers_stays():
