@@ -313,7 +313,7 @@ class Pace:
 
     def read(self, progress: Progress, now: float) -> Probe | None:
         """busy when the counters moved, frozen when requests wait and nothing moved for the stall
-        bound; None (idle: a completion decides when due)."""
+        bound; None otherwise (requests within the bound wait; an idle engine gets a completion when due)."""
         before, self.last = self.last, progress
         was_in_flight = bool(before and before.in_flight)
         if self.absorb:  # the tokens of our own completion are not the engine's traffic
