@@ -231,12 +231,32 @@ def test_only(
         # accepted token; real-draft-token (topk 1, as rendered) keeps the drafter's tokens.
         env |= {"SGLANG_SIMULATE_ACC_LEN": str(args.acceptance), "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
         named |= {"SGLANG_SIMULATE_ACC_LEN": args.acceptance, "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
-    if engine == "sglang" and getattr(args, "form", "tiny") == "full-depth" and "--language-model-only" not in argv:
-        # The model form ships no media-processor code; SGLang 0.5.23 builds Kimi-K2.5's processor from it
-        # (multimodal/processors/kimi_k25.py) unless the model is served as text only.
-        argv += ["--language-model-only"]
-        named["language_model_only"] = True
+    if serves_kimi_text_only(engine, args):
+        named["config_language_model_only"] = True
     return argv, env, named
+
+
+def serves_kimi_text_only(engine: str, args: argparse.Namespace) -> bool:
+    """SGLang on a Kimi-K2.5 model form: the form ships no media-processor code, and SGLang builds
+    Kimi-K2.5's processor from it (multimodal/processors/kimi_k25.py) unless the model is text only.
+    SGLang 0.5.23 refuses `--language-model-only` for KimiK25ForConditionalGeneration
+    (server_args.LANGUAGE_MODEL_ONLY_ARCHITECTURES, arg_groups/model_hook.py) but reads the checkpoint's
+    own `language_model_only` (configs/model_config.py: is_lm_only), which the harness sets in a copy
+    of the form's config.json: the command stays the rendered one."""
+    form, architecture = getattr(args, "form", "tiny"), getattr(args, "architecture", "")
+    return engine == "sglang" and (form == "full-depth" or architecture == "kimi_k25")
+
+
+def text_only_variant(models: Path) -> Path:
+    """A copy of MODELS whose target config.json says language_model_only (kept on the machine, made once)."""
+    variant = models.with_name(models.name + "-text-only")
+    config = variant / "target" / "config.json"
+    if not config.is_file():
+        shutil.copytree(models, variant, symlinks=True, dirs_exist_ok=True)
+        doc = json.loads((models / "target" / "config.json").read_text())
+        config.unlink(missing_ok=True)
+        config.write_text(json.dumps({**doc, "language_model_only": True}, indent=2))
+    return variant
 
 
 def memory(out: Path) -> dict[str, Any]:
@@ -397,6 +417,8 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
             cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
             (variant / "drafter" / "config.json").write_text(json.dumps(cfg, indent=2))
         models = variant
+    if serves_kimi_text_only(args.engine, args):
+        models = text_only_variant(models)
     config = render(values)
     from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
 

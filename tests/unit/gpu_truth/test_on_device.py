@@ -248,10 +248,29 @@ def test_the_test_only_settings_are_added_to_the_rendering_and_named() -> None:
     argv, env, named = on_device.test_only(["x", "--speculative-algorithm", "EAGLE3"], "sglang", _args(acceptance=1.6))
     assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
     assert named["SGLANG_SIMULATE_ACC_LEN"] == 1.6 and argv == ["x", "--speculative-algorithm", "EAGLE3"]
-    # SGLang at full depth: the model form has no media-processor code, so it is served as text only
-    argv, _, named = on_device.test_only(["x"], "sglang", _args(form="full-depth"))
-    assert argv == ["x", "--language-model-only"] and named == {"language_model_only": True}
+    # SGLang on a Kimi-K2.5 form: text only by the form's config (0.5.23 refuses the flag for the
+    # architecture), so the command stays the rendered one and the record names the setting
+    for form in (_args(form="full-depth"), _args(architecture="kimi_k25")):
+        argv, _, named = on_device.test_only(["x"], "sglang", form)
+        assert argv == ["x"] and named == {"config_language_model_only": True}
+    assert on_device.test_only(["x"], "sglang", _args(architecture="deepseek_v3")) == (["x"], {}, {})
     assert on_device.test_only(["x"], "vllm", _args(form="full-depth")) == (["x"], {}, {})
+
+
+def test_the_text_only_variant_changes_only_the_target_config(tmp_path: Path) -> None:
+    models = tmp_path / "kimi"
+    (models / "target").mkdir(parents=True)
+    (models / "drafter").mkdir()
+    (models / "target" / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]}))
+    (models / "target" / "tokenizer.json").write_text("{}")
+    (models / "drafter" / "config.json").write_text('{"d": 1}')
+    variant = on_device.text_only_variant(models)
+    assert json.loads((variant / "target" / "config.json").read_text()) == {
+        "architectures": ["KimiK25ForConditionalGeneration"], "language_model_only": True}
+    assert json.loads((models / "target" / "config.json").read_text()).get("language_model_only") is None
+    assert (variant / "target" / "tokenizer.json").read_text() == "{}"
+    assert (variant / "drafter" / "config.json").read_text() == '{"d": 1}'
+    assert on_device.text_only_variant(models) == variant  # made once
 
 
 def test_a_dummy_load_never_fights_a_rendered_loader() -> None:
