@@ -266,7 +266,9 @@ def test_the_text_only_variant_changes_only_the_target_config(tmp_path: Path) ->
     (models / "drafter" / "config.json").write_text('{"d": 1}')
     variant = on_device.text_only_variant(models)
     assert json.loads((variant / "target" / "config.json").read_text()) == {
-        "architectures": ["KimiK25ForConditionalGeneration"], "language_model_only": True}
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "language_model_only": True,
+    }
     assert json.loads((models / "target" / "config.json").read_text()).get("language_model_only") is None
     assert (variant / "target" / "tokenizer.json").read_text() == "{}"
     assert (variant / "drafter" / "config.json").read_text() == '{"d": 1}'
