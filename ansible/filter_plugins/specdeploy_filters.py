@@ -187,6 +187,7 @@ class FilterModule:
             "specdeploy_sentinel_path": fleet_sentinel.PATHS.__getitem__,
             "specdeploy_worker_url": worker_url,
             "specdeploy_remote_code_warnings": serving_variables.remote_code_warnings,
+            "specdeploy_model_problems": serving_variables.model_problems,
             "specdeploy_platform_problems": platform_problems,
             "specdeploy_serving_problems": serving_problems,
             "specdeploy_serving_variable_problems": serving_variable_problems,

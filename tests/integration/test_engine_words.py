@@ -149,6 +149,10 @@ def test_the_words_are_the_pinned_releases_own(vllm_site, sglang_site):
             k.value for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "choices"
         ]
         assert tuple(_strings(given)) == words, field
+    server_args = _class(ast.parse((sglang_site / "sglang/srt/server_args.py").read_text()), "ServerArgs")
+    (text_only,) = [n.value for n in server_args.body if isinstance(n, ast.Assign)
+                    and getattr(n.targets[0], "id", "") == "LANGUAGE_MODEL_ONLY_ARCHITECTURES"]  # fmt: skip
+    assert tuple(_strings(text_only)) == engine_words.SGLANG_LANGUAGE_MODEL_ONLY_ARCHITECTURES
     multimodal = ast.parse((vllm_site / "vllm/config/multimodal.py").read_text())
     assert tuple(_strings(_module_assign(multimodal, "MMEncoderTPMode"))) == engine_words.ENCODER_TP_MODES
     speculative = _class(ast.parse((vllm_site / "vllm/config/speculative.py").read_text()), "SpeculativeConfig")

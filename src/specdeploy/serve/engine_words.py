@@ -54,6 +54,14 @@ _KV_SYNONYMS: dict[str, dict[str, str]] = {
     "bf16": {"vllm": "bfloat16", "sglang": "bf16"},
 }
 
+# The architectures SGLang's --language-model-only admits (ServerArgs.LANGUAGE_MODEL_ONLY_ARCHITECTURES,
+# checked in arg_groups/model_hook.py at start-up): any other model, Kimi-K2.5 among them, makes the engine
+# refuse to start with "--language-model-only does not support [...]". vLLM's flag takes any model.
+SGLANG_LANGUAGE_MODEL_ONLY_ARCHITECTURES: tuple[str, ...] = (
+    "DeepseekV4ForCausalLM", "MuseGlimmerForConditionalGeneration", "Cosmos3ForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration",
+)  # fmt: skip
+
 # vLLM's MultiModalConfig.mm_encoder_tp_mode; SGLang says `data` as --mm-enable-dp-encoder.
 ENCODER_TP_MODES: tuple[str, ...] = ("weights", "data")
 

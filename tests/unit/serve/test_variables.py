@@ -128,6 +128,18 @@ def test_a_model_with_custom_code_and_no_trust_gets_a_warning():
     assert remote_code_warnings(None, False) == [] and remote_code_warnings("not json", False) == []
 
 
+def test_sglang_text_only_is_refused_for_kimi_k25_before_the_rollout_and_vllm_keeps_it():
+    from specdeploy.serve.variables import model_problems  # noqa: PLC0415
+
+    kimi = json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]})
+    (refusal,) = model_problems(kimi, "sglang", language_model_only=True)
+    assert "KimiK25ForConditionalGeneration" in refusal and "serving_language_model_only: false" in refusal
+    assert model_problems(kimi, "sglang", language_model_only=False) == []
+    assert model_problems(kimi, "vllm", language_model_only=True) == []
+    assert model_problems(json.dumps({"architectures": ["DeepseekV4ForCausalLM"]}), "sglang", True) == []
+    assert model_problems(None, "sglang", True) == [] and model_problems("[1]", "sglang", True) == []
+
+
 def test_sglang_attention_backends_for_sm120_render_and_vllm_refuses_names_outside_its_registry():
     from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
 
