@@ -26,6 +26,14 @@ def test_the_role_files_are_what_the_declaration_generates():
         assert path.read_text() == text, f"{path.relative_to(ROOT)} drifted from specdeploy.serve.schema: make generate"
 
 
+def test_the_generated_yaml_keeps_yamllints_line_length():
+    """A long knob description broke CI's ansible-lint once: the generator's bound is .yamllint's."""
+    assert yaml.safe_load((ROOT / ".yamllint").read_text())["rules"]["line-length"]["max"] == generate.MAX_LINE
+    for path, text in generate.files(ROLE).items():
+        long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > generate.MAX_LINE]
+        assert not long, f"{path.relative_to(ROOT)}: lines {long} over {generate.MAX_LINE}: shorten the doc in schema.py"
+
+
 def test_the_generated_files_read_back_as_declared():
     defaults = yaml.safe_load(generate.render_defaults())
     assert defaults == {k.variable: k.default for k in schema.KNOBS if k.default is not schema.UNSET}
