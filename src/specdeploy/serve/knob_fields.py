@@ -78,7 +78,7 @@ class KnobFields:
     max_running_requests: int | None = None
     # The vision encoder under TP: weights (sharded) or data (a copy per rank); empty for the engine's default.
     encoder_tp_mode: str = ""
-    # Serve the language model only, no vision encoder (SGLang admits only some architectures, not Kimi-K2.5's).
+    # Serve the language model only, no vision encoder (SGLang admits some architectures, not Kimi-K2.5's).
     language_model_only: bool = False
     # FlashInfer's PCIe IPC all-reduce for TP 2/4/8 (an opt-in of both engines, by environment).
     pcie_allreduce: bool = False

@@ -222,7 +222,7 @@ KNOBS: tuple[Knob, ...] = (
     .add_engine("vllm", flag("--mm-encoder-tp-mode"))
     .add_engine("sglang", flag_by_value(data="--mm-enable-dp-encoder", weights="--no-mm-enable-dp-encoder")),
     _engine("language_model_only", "bool", False,
-            "Serve the language model only, no vision encoder (SGLang admits only some architectures, not Kimi-K2.5's).",
+            "Serve the language model only, no vision encoder (SGLang admits some architectures, not Kimi-K2.5's).",
             boolean,
             late=True)
     .add_engine("vllm", flag("--language-model-only"))

@@ -31,7 +31,7 @@ def test_the_generated_yaml_keeps_yamllints_line_length():
     assert yaml.safe_load((ROOT / ".yamllint").read_text())["rules"]["line-length"]["max"] == generate.MAX_LINE
     for path, text in generate.files(ROLE).items():
         long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > generate.MAX_LINE]
-        assert not long, f"{path.relative_to(ROOT)}: lines {long} over {generate.MAX_LINE}: shorten the doc in schema.py"
+        assert not long, f"{path.relative_to(ROOT)}: lines {long} over {generate.MAX_LINE}: shorten schema.py's doc"
 
 
 def test_the_generated_files_read_back_as_declared():
