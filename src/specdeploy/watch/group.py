@@ -82,6 +82,9 @@ class GroupSource:
     def dump_stacks(self) -> str:
         return "\n".join(f"##### {rank.name}\n{rank.source.dump_stacks()}" for rank in self.ranks)
 
+    def kernel_builds(self) -> list[str]:
+        return [f"{rank.name}: {name}" for rank in self.ranks for name in rank.source.kernel_builds()]
+
     def gpu_memory_mib(self) -> int | None:
         sizes = [m for rank in self.ranks if (m := rank.source.gpu_memory_mib()) is not None]
         return sum(sizes) if sizes else None

@@ -108,6 +108,15 @@ class ReconnectingContainerSource:
                 raise
             return f"no stack dump: the host could not be reached ({describe(exc)})"
 
+    def kernel_builds(self) -> list[str]:
+        if self.lost_since is not None:
+            return []
+        try:
+            return self.inner.kernel_builds()
+        except Exception as exc:
+            self._lost(exc)
+            return []
+
     def gpu_memory_mib(self) -> int | None:
         if self.lost_since is not None:
             return None

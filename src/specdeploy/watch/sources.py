@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,17 @@ except ImportError:  # a bare GPU host watching a process has no Docker client (
 
 
 SIGKILL_EXIT = 137
+
+# The compilers an engine runs while it builds kernels at start-up (SGLang's JIT through ninja and nvcc,
+# Triton's ptxas, torch's cpp_extension). A quiet log while one runs is work, not a hang: SGLang 0.5.23
+# built its WNA16 Marlin MoE kernel for 229 s and for over 240 s without a log line (H100, 2026-12-06).
+KERNEL_BUILDERS = frozenset({"ninja", "nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "cc1plus", "cc1",
+                             "c++", "g++", "gcc", "ld"})  # fmt: skip
+
+
+def kernel_builders(process_names: Iterable[str]) -> list[str]:
+    """The kernel compilers among PROCESS_NAMES (/proc/PID/comm), each once, sorted."""
+    return sorted({name.strip() for name in process_names} & KERNEL_BUILDERS)
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class Source(Protocol):
     def liveness(self) -> Liveness: ...
     def dump_stacks(self) -> str: ...
     def gpu_memory_mib(self) -> int | None: ...
+    def kernel_builds(self) -> list[str]: ...  # compilers running in the engine's processes now
 
 
 def _proc_state(pid: int) -> str | None:
@@ -154,6 +167,13 @@ class ProcessSource:
     def gpu_memory_mib(self) -> int | None:
         return _nvidia_smi_used(["nvidia-smi"])
 
+    def kernel_builds(self) -> list[str]:
+        names = []
+        for pid in _children(self.pid):
+            with contextlib.suppress(OSError):
+                names.append(Path(f"/proc/{pid}/comm").read_text())
+        return kernel_builders(names)
+
 
 def _nvidia_smi_used(prefix: list[str]) -> int | None:
     if shutil.which(prefix[0]) is None and prefix == ["nvidia-smi"]:
@@ -230,6 +250,13 @@ class ContainerSource:
         text = out.decode(errors="replace")
         # One process py-spy cannot read (a short-lived child) must not hide the others' stacks.
         return text if code == 0 else f"(a stack dump exited {code}; what it read follows)\n{text}"
+
+    def kernel_builds(self) -> list[str]:
+        try:
+            _, out = self.container.exec_run(["sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null"])
+        except APIError:  # it died between two polls; liveness says so on the next one
+            return []
+        return kernel_builders(out.decode(errors="replace").splitlines()) if out else []
 
     def gpu_memory_mib(self) -> int | None:
         if self._no_nvidia_smi:

@@ -105,6 +105,7 @@ class Watch:
         self._seen: set[str] = set()
         self._passed: list[Stage] = []  # stages entered since the last progress report
         self._unreachable_since: float | None = None
+        self.notes: list[str] = []  # what the verdict should say besides its headline (kernel builds seen)
         self.prefix = ""  # a verdict's headline begins with it (the rank and host of a group's verdict)
         self.probe = (
             ReadinessProbe(
@@ -191,6 +192,7 @@ class Watch:
             grammar_version=grammar().version,
             stages=stages,
             startup=startup_table(stages, elapsed),
+            notes=list(self.notes),
             diagnostics=str(self.diag_dir),
             **extra,  # type: ignore[arg-type]
         )
@@ -223,6 +225,15 @@ class Watch:
         where = "; ".join(summary[:3]) or "no Python frames could be read"
         headline = f"no progress for {quiet_s:.0f}s at stage '{self.stage.label}' (process {state}); innermost: {where}"
         return self._verdict(Status.STALLED, headline, stack_summary=summary)
+
+    def _building(self, quiet_s: float, builds: list[str]) -> None:
+        """A quiet log while the engine's processes compile kernels is progress (each check runs at the
+        stall bound, so a hung compiler still ends at the watch's timeout)."""
+        self._progress()
+        note = f"quiet for {quiet_s:.0f}s at stage '{self.stage.label}' while building kernels ({', '.join(builds)})"
+        self.notes.append(note)
+        if self.opt.on_progress is not None:
+            self.opt.on_progress(note)
 
     def _ready(self) -> Verdict | None:
         assert self.probe is not None
@@ -372,7 +383,10 @@ class Watch:
                 return self._ready()
         now = time.monotonic()
         if now - self.last_progress > self.opt.stall_timeout_s:
-            return self._stalled(now - self.last_progress, life.state)
+            builds = self.source.kernel_builds()
+            if not builds:
+                return self._stalled(now - self.last_progress, life.state)
+            self._building(now - self.last_progress, builds)
         if now - self.start > self.opt.timeout_s:
             return self._verdict(Status.TIMEOUT, f"not ready after --timeout {self.opt.timeout_s:.0f}s "
                                                  f"(stage '{self.stage.label}', still making progress)")  # fmt: skip

@@ -218,6 +218,29 @@ def test_the_h100_full_depth_gate_is_todays_rendering_rules_and_baseline_and_its
     assert lines[0] == lines[1] == [1, 4, 16], lines  # the same crossover in both runs: pays up to 16
 
 
+def test_the_sglang_full_depth_runs_are_todays_rendering_and_say_what_they_proved() -> None:
+    """SGLang 0.5.23 at Kimi-K2.5's full depth on the H100 (2026-12-06): both commands are today's
+    rendering; the speculative engine (EAGLE-3, acceptance set 2.3) answered a completion (READY), served
+    text-only by the form's config, not by the flag 0.5.23 refuses; the speculation-off start was called
+    STALLED while SGLang built its Marlin MoE kernel (its stacks say so: the watch now counts a build as
+    progress). No gate figures: the measuring was cut by the session's device time."""
+    run = RUNS / "sglang-0.5.23-full-depth-h100"
+    for tag in ("spec-off", "acc2.3"):
+        record = json.loads((run / f"{tag}-command.json").read_text())
+        engine = ["specdeploy_engine=sglang", *record["overrides"]]  # as `gate sglang` sets it
+        config = on_device.render(on_device.inventory_vars(RUNS.parents[2] / record["inventory"], engine))
+        assert (config.speculation_off() if tag == "spec-off" else config).command() == record["rendered_command"]
+        assert record["test_only"]["config_language_model_only"] is True
+        assert "--language-model-only" not in record["ran"]
+        assert record["model_form"] == {"form": "full-depth", "layers": 61, "routed_experts_per_layer": 16}
+    ready = json.loads((run / "acc2.3-verdict.json").read_text())
+    assert ready["status"] == "READY" and ready["completion"]["tokens"] == 8
+    assert json.loads((run / "acc2.3-command.json").read_text())["test_only"]["SGLANG_SIMULATE_ACC_LEN"] == 2.3
+    stalled = json.loads((run / "spec-off-verdict.json").read_text())
+    assert stalled["status"] == "STALLED" and "_jit_moe_wna16_marlin_module" in stalled["headline"]
+    assert "ninja.py" in (run / "spec-off-stacks.txt").read_text()
+
+
 def test_repeats_measure_the_same_engine_again_each_against_its_own_baseline_sweep(machine: Machine,
                                                                                   monkeypatch) -> None:  # fmt: skip
     assert call("--baseline", "--repeat", "2", "--engine-version", "0.33.0", monkeypatch=monkeypatch) == 0

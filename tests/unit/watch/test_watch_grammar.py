@@ -6,6 +6,8 @@ they come from are replayed in tests/integration/test_real_logs.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specdeploy.watch.loglines import parse_line
@@ -164,6 +166,8 @@ def test_pydantic_inner_error_behind_vllm_headers():
     [
         ("Init torch distributed begin.", Stage.DISTRIBUTED),
         ("Capturing batches (bs=4 avail_mem=10.0 GB): 100%|██████████| 23/23 [00:05<00:00]", Stage.CUDA_GRAPHS),
+        ("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8]", Stage.CUDA_GRAPHS),
+        ("Capturing prefill shape (num_tokens=8192 avail_mem=15.82 GB):   0%|          | 0/58", Stage.CUDA_GRAPHS),
         ("Dynamo bytecode transform time: 5.1 s", Stage.COMPILE),
         ("The server is fired up and ready to roll!", Stage.API_SERVER),
     ],
@@ -171,6 +175,18 @@ def test_pydantic_inner_error_behind_vllm_headers():
 def test_stages(text, stage):
     event = recognise(text)
     assert event is not None and event.stage == stage
+
+
+def test_sglang_0_5_23s_prefill_graphs_are_the_graph_stage_not_the_kv_cache():
+    """The real log (H100, 2026-12-06): the 305-s prefill graph capture (its kernel build inside) was
+    filed under 'profiling KV cache' until the verify graphs' tqdm bar."""
+    log = Path(__file__).parents[2] / "data/gpu_truth/sglang-0.5.23-full-depth-h100/acc2.3-engine.log"
+    lines = [part for raw in log.read_text().splitlines() for part in raw.split("\r") if part.strip()]
+    stages = [(event.stage, text) for text in lines if (event := recognise(parse_line(text).text))]
+    first_graph = next(text for stage, text in stages if stage == Stage.CUDA_GRAPHS)
+    assert "Capture target prefill CUDA graph begin" in first_graph
+    order = [stage for stage, _ in stages]
+    assert order.index(Stage.CUDA_GRAPHS) > order.index(Stage.KV_CACHE)
 
 
 def test_tqdm_shard_bar_gives_shards():

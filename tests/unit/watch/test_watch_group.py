@@ -42,6 +42,9 @@ class Scripted:
     def dump_stacks(self) -> str:
         return f"stacks of {self.description}"
 
+    def kernel_builds(self) -> list[str]:
+        return []
+
     def gpu_memory_mib(self) -> int | None:
         return None
 

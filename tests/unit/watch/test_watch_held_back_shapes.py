@@ -49,6 +49,9 @@ class SilentAfterLog:
     def dump_stacks(self) -> str:
         return self.stacks
 
+    def kernel_builds(self) -> list[str]:
+        return []
+
     def gpu_memory_mib(self) -> int | None:
         return None
 

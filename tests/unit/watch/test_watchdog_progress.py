@@ -16,6 +16,7 @@ class FakeSource:
     batches: list[list[str]]
     end: Liveness
     alive_after: bool = False  # stay alive (and silent) once the batches are out
+    builds: list[list[str]] = field(default_factory=list)  # what each stall-bound check finds compiling
     description: str = "fake"
     polls: int = field(default=0)
 
@@ -32,12 +33,15 @@ class FakeSource:
     def gpu_memory_mib(self) -> int | None:
         return 1234
 
+    def kernel_builds(self) -> list[str]:
+        return self.builds.pop(0) if self.builds else []
 
-def run(tmp_path, batches, end, alive_after=False, **options):
+
+def run(tmp_path, batches, end, alive_after=False, builds=(), **options):
     lines: list[str] = []
     opts = WatchOptions(url=None, interval_s=0.01, diagnostics=tmp_path, progress=False, on_progress=lines.append,
                         **options)  # fmt: skip
-    verdict = Watch(FakeSource(batches, end, alive_after=alive_after), opts).run()
+    verdict = Watch(FakeSource(batches, end, alive_after=alive_after, builds=list(builds)), opts).run()
     return verdict, lines
 
 
@@ -107,3 +111,16 @@ def test_every_stage_gets_a_line_even_within_one_poll(tmp_path):
     stages = [line.split(",")[0] for line in lines]
     assert stages == ["importing engine", "resolving config", "loading weights",
                       "compiling (torch.compile / autotune)"], lines  # fmt: skip
+
+
+def test_a_quiet_log_while_kernels_build_is_progress_and_a_quiet_one_after_is_a_stall(tmp_path):
+    """SGLang 0.5.23 compiled its Marlin MoE kernel (ninja, nvcc) for over 240 s without a line: the
+    watch called it STALLED (H100, 2026-12-06). Two checks at the bound find compilers, the third none."""
+    batches = [["(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] vLLM API server version 0.9.0"]]
+    verdict, lines = run(tmp_path, batches, Liveness(True), alive_after=True, stall_timeout_s=0.3,
+                         builds=[["ninja", "nvcc"], ["cicc", "ninja"]])  # fmt: skip
+    assert verdict.status == "STALLED", verdict.first_line()
+    assert verdict.elapsed_s >= 0.9  # three bounds: two of them were builds
+    building = [n for n in verdict.notes if "while building kernels" in n]
+    assert len(building) == 2 and "(ninja, nvcc)" in building[0] and "(cicc, ninja)" in building[1]
+    assert all(note in lines for note in building)  # the operator sees why the bound did not fire
