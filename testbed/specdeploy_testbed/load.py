@@ -32,9 +32,9 @@ class Load:
     engine's start-up, which the watchdog then rightly calls STALLED."""
 
     def __init__(self, base_url: str, model: str, api_key: str, *, workers: int = 1, pause_s: float = 0.5,
-                 max_s: float = 900) -> None:  # fmt: skip
+                 max_s: float = 900, max_tokens: int = 8) -> None:  # fmt: skip
         self.base_url, self.model, self.api_key, self.workers, self.max_s = base_url, model, api_key, workers, max_s
-        self.pause_s = pause_s
+        self.pause_s, self.max_tokens = pause_s, max_tokens
         self.result = LoadResult()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -43,7 +43,13 @@ class Load:
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_s
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        body = {"model": self.model, "prompt": "the fleet", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        body = {
+            "model": self.model,
+            "prompt": "the fleet",
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         with httpx.Client(timeout=120, headers=headers) as http:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 start = time.monotonic()

@@ -257,7 +257,12 @@ def test_the_sentinel_at_its_defaults_takes_a_frozen_engine_out_in_ten_seconds_i
     with router() as base, Load(base, MODEL, api_key(), workers=SATURATING, pause_s=0, max_s=600) as load:
         time.sleep(SATURATED_S)
         false_outs = outs(sentinel_journal())[before:]
-        busy_out = freeze(3, base, worker)
+        # Long requests of its own in flight at the freeze: the router's 8-token requests leave each engine
+        # between requests about half the time (31 of 60 gauge readings 0, 2026-12-06), and then the idle
+        # path (a probe) takes it out, not the in-flight one this test is about.
+        with Load(worker, MODEL, api_key(), workers=2, pause_s=0, max_s=120, max_tokens=512) as held:
+            time.sleep(3)
+            busy_out = freeze(3, base, worker)
         busy_back = wait_for(base, worker, True, 300)
         time.sleep(3)
     assert false_outs == [], false_outs
@@ -267,6 +272,7 @@ def test_the_sentinel_at_its_defaults_takes_a_frozen_engine_out_in_ten_seconds_i
         journal[-3000:]
     )
     assert load.result.failures == [], load.result.failures[:10]  # held requests finish after SIGCONT
+    assert held.result.failures == [] and held.result.sent > 0, held.result.failures[:10]
     state = json.loads(on_host(ROUTER_HOST, "cat /var/lib/specdeploy-sentinel/state.json"))
     assert state["workers"][worker]["member"] is True and state["transitions"][-1]["to"] == "back"
     record_timing("sentinel (defaults): engine core SIGSTOPped, idle (/health 200), out of the router after", idle_out)
