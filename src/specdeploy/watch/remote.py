@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
+from typing import TypeVar
 
 from docker.client import DockerClient
 from docker.errors import NotFound
@@ -24,6 +25,8 @@ from specdeploy.watch.group import Rank as GroupRank
 from specdeploy.watch.group import watch_group
 from specdeploy.watch.sources import ContainerSource, Liveness
 from specdeploy.watch.watchdog import Verdict, Watch, WatchOptions
+
+T = TypeVar("T")
 
 
 class ReconnectingContainerSource:
@@ -74,14 +77,18 @@ class ReconnectingContainerSource:
         self.outages.append(round(now - self.lost_since, 1))
         self.lost_since = None
 
-    def read_new(self) -> list[str]:
+    def _while_reachable(self, ask: Callable[[ContainerSource], T], otherwise: T) -> T:
+        """ASK of the inner source, or OTHERWISE while contact is lost (a failure marks it lost)."""
         if self.lost_since is not None:
-            return []
+            return otherwise
         try:
-            return self.inner.read_new()
+            return ask(self.inner)
         except Exception as exc:
             self._lost(exc)
-            return []
+            return otherwise
+
+    def read_new(self) -> list[str]:
+        return self._while_reachable(lambda inner: inner.read_new(), [])
 
     def liveness(self) -> Liveness:
         if self.lost_since is None and self.forward is not None and not self.forward.alive():
@@ -109,22 +116,10 @@ class ReconnectingContainerSource:
             return f"no stack dump: the host could not be reached ({describe(exc)})"
 
     def kernel_builds(self) -> list[str]:
-        if self.lost_since is not None:
-            return []
-        try:
-            return self.inner.kernel_builds()
-        except Exception as exc:
-            self._lost(exc)
-            return []
+        return self._while_reachable(lambda inner: inner.kernel_builds(), [])
 
     def gpu_memory_mib(self) -> int | None:
-        if self.lost_since is not None:
-            return None
-        try:
-            return self.inner.gpu_memory_mib()
-        except Exception as exc:
-            self._lost(exc)
-            return None
+        return self._while_reachable(lambda inner: inner.gpu_memory_mib(), None)
 
 
 def watch_container_on_host(
