@@ -187,7 +187,7 @@ def experts_for(arg: str, gpu_total_mib: int | None = None) -> int:
 
 def model_form(args: argparse.Namespace) -> dict[str, Any]:
     """What was served, named in each command.json and in the baseline's key."""
-    if args.form != "full-depth":
+    if args.form == "tiny":
         return {"form": args.form, "architecture": args.architecture}
     return {"form": args.form, "layers": args.layers, "routed_experts_per_layer": experts_for(args.experts)}
 
@@ -427,9 +427,8 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
     return out, values, config
 
 
-def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
-    """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
-    a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
+def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[list[str], dict[str, str]]:
+    """The rendered command under `specdeploy watch` (argv, environment), its command.json written."""
     out.mkdir(parents=True, exist_ok=True)
     sites = ":".join(str(site(e)) if not e.startswith("/") else e for e in args.site or [args.engine])
     env = {**config.environment(), "PYTHONPATH": sites, "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}",
@@ -456,9 +455,15 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
              "--diagnostics", str(out / "diagnostics"),
              *(["--speculative"] if args.engine == "vllm" and config.speculative_method == "eagle3" else []),
              "--", "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]  # fmt: skip
-    started = time.monotonic()
     # py-spy (carried in each engine's payload) on the watch's PATH: a STALLED verdict dumps the stacks.
-    watch_env = {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
+    return watch, {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
+
+
+def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
+    """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
+    a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
+    watch, watch_env = watch_command(config, args, out)
+    started = time.monotonic()
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     log(f"watch exit {watched.returncode}: {verdict_line}")
@@ -683,6 +688,15 @@ def watch(rest: list[str]) -> int:
     return int(watch_cli.run(parser.parse_args(rest)))
 
 
+def loads_parser(sub: Any, engine_run: argparse.ArgumentParser) -> types.ModuleType:
+    """The loads step (gpu_truth/loads.py), its parser added to SUB."""
+    sys.path.insert(0, str(ROOT))  # run as a script: gpu_truth/ is on the path, the checkout is not
+    from gpu_truth import loads as loads_step  # noqa: PLC0415
+
+    loads_step.add_parser(sub, [engine_run])
+    return loads_step
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "watch":
         return watch(sys.argv[2:])
@@ -713,7 +727,7 @@ def main() -> int:
     engine_run.add_argument(
         "--form",
         default="tiny",
-        choices=("tiny", "full-depth"),
+        choices=("tiny", "full-depth", "real-files"),
         help="the test bed's tiny models, or Kimi-K2.5's real shapes (specdeploy_testbed.real_shapes)",
     )
     engine_run.add_argument("--layers", type=int, default=61, help="full-depth: decoder layers")
@@ -749,9 +763,12 @@ def main() -> int:
         help="up: start the engine and leave it READY; measure: the gate on the engine `up` left (two calls)",
     )
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
+    loads_step = loads_parser(sub, engine_run)
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
+    if args.step == "loads":
+        return loads_step.loads(args)
     if args.step == "bound":
         print(bound(args.most))
         return 0

@@ -70,8 +70,12 @@ class Recipe:
     trim: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
     # machine packages let go (carried at the version the engine's set needs), with the reason
     release: dict[str, str] = field(default_factory=dict)
-    # carried beside the engine: py-spy, so a stalled engine is dumped there too (the watchdog's stacks)
+    # carried beside the engine: py-spy, so a stalled engine is dumped there too (the watchdog's stacks);
+    # each at its pin in pins.yaml (tools, or loaders for a weight loader's package)
     also: tuple[str, ...] = ("py-spy",)
+    # Debian packages carried as .deb files into .gpu-payload/tools (`dpkg -x` there, never into /), each
+    # at the version pins.yaml gives the serving role (host.serving_<name>_version)
+    debs: tuple[str, ...] = ()
     # packages the machine has in another form (a metapackage whose content it holds): name -> of
     assume: dict[str, str] = field(default_factory=dict)
     # torch carried: what torch's requirements name is carried beside it, or kept from the machine; why
@@ -105,6 +109,11 @@ TORCH_KEPT: dict[str, str] = {
 RECIPES = {
     "vllm": Recipe(
         package="vllm",
+        # the loads step (gpu_truth/loads.py): vLLM's runai_streamer loader needs its package (the wheel's
+        # `runai` extra; fastsafetensors and instanttensor it requires itself), and the product's prewarm
+        # and the cold cases need vmtouch
+        also=("py-spy", "runai-model-streamer"),
+        debs=("vmtouch",),
         optional={  # read in vllm 0.26.0's own source
             "nvidia-cutlass-dsl": "CuTe DSL kernels: every use is behind vllm/utils/import_utils.py has_cutedsl()",
             "tilelang": "vllm/utils/import_utils.py has_tilelang(): 'the optional tilelang package'",
@@ -621,6 +630,26 @@ def write_parts(out: Path, data: bytes) -> int:
     return len(sums) - 1
 
 
+def pinned(name: str) -> str:
+    """NAME's pin in pins.yaml: a tool's, or a weight loader's package."""
+    key = name.replace("-", "_")
+    found = PINS["tools"].get(key) or PINS["loaders"].get(key)
+    if not found:
+        raise SystemExit(f"{name}: no pin in src/specdeploy/pins.yaml (tools or loaders)")
+    return str(found)
+
+
+def fetch_debs(names: tuple[str, ...], folder: Path) -> list[str]:
+    """The Debian packages NAMES as .deb files in FOLDER (`apt-get download`), each at its pin."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.deb"):
+        old.unlink()
+    for name in names:
+        want = str(PINS["host"][f"serving_{name}_version"])
+        subprocess.run(["apt-get", "download", f"{name}={want}"], cwd=folder, check=True, capture_output=True)
+    return sorted(p.name for p in folder.glob("*.deb"))
+
+
 def resplit(out: Path) -> Path:
     """Parts made at another CHUNK cut again, without fetching: the whole is checked against SHA256SUMS."""
     data = b"".join(p.read_bytes() for p in sorted(out.glob("part-*")))
@@ -654,7 +683,7 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
         machine |= {canonicalize_name(n): machine[canonicalize_name(of)] for n, of in recipe.assume.items()}
         optional = optional_versions(client, recipe, version)
         engine_reqs = requires(metadata_of(client, recipe.package, version))
-        specs = [f"{recipe.package}=={version}", *(f"{n}=={PINS['tools'][n.replace('-', '_')]}" for n in recipe.also),
+        specs = [f"{recipe.package}=={version}", *(f"{n}=={pinned(n)}" for n in recipe.also),
                  *direct_specs(engine_reqs, set(optional)), *torch_plan.specs]  # fmt: skip
         chosen = resolve_set(
             client, specs, machine, optional=optional, released=released, recipe=recipe, torch_plan=torch_plan
@@ -684,6 +713,7 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
     data = tar_path.read_bytes()
     tar_path.unlink()
     parts = write_parts(out, data)
+    debs = fetch_debs(recipe.debs, OUT / "tools")
     manifest = {
         "engine": engine, "release": version, "release_choice": why,
         "torch": {"machine": torch_plan.machine, "carried": torch_plan.carried, "why": torch_plan.why},
@@ -692,6 +722,7 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
         "carried": sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in chosen["carry"]),
         "on_machine": chosen["on_machine"], "left_out": chosen["left_out"], "trimmed": trimmed,
         "released_from_machine": released, "bytes": len(data), "parts": parts,
+        "debs": {name: "carried as .gpu-payload/tools/" + name for name in debs},
     }  # fmt: skip
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"{engine} {version}: {len(chosen['carry'])} wheels, {len(data) / 1024**2:.0f} MiB in {parts} "
@@ -717,19 +748,22 @@ def plan(
     budget_s: int | None = None,
     gates: tuple[str, ...] = tuple(tag for tag, _ in GATE_CALLS),
     baseline_file: str = "",
+    loads: tuple[str, ...] = (),
 ) -> list[str]:
     """The device calls, in order, while the machine stays warm (30 s idle gives it back, and with
     it everything outside the checkout): one part per call, the install with the last, then two
     calls per gate on the full-depth model form (its engine started, then measured). BUDGET_S
     (status's budget_left_s) bounds the last gate call when below a session's; GATES: the gate calls
     this session holds; BASELINE_FILE: a kept baseline.json of an earlier session, for speculative
-    calls on a machine without its own."""
+    calls on a machine without its own; LOADS: the loaders whose load on real files this session times
+    (gpu_truth/loads.py: one call each, the files written and read by dd in the first)."""
     parts = sorted(p.name for p in out.glob("part-*"))
     rel = out.relative_to(ROOT)
     step = "python3 gpu_truth/on_device.py"
     calls = []
     for n, part in enumerate(parts):
-        carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json"] if n == 0 else [])]
+        tools = [str(d.relative_to(ROOT)) for d in sorted((out.parent / "tools").glob("*.deb"))] if loads else []
+        carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json", *tools] if n == 0 else [])]
         # The first call reads status's budget; the next one the budget left in the first one's answer.
         given = {0: f" --budget {budget_s}" if budget_s is not None else "", 1: " --left LEFT"}.get(n, "")
         command = f"{step} receive{given}" + (f" && {step} install {engine}" if n == len(parts) - 1 else "")
@@ -746,6 +780,11 @@ def plan(
         up = f"{step} stop; {gate} --phase up; rc=$?; {step} pack {tag}-up; exit $rc"
         measure = f"{gate} --phase measure --repeat {REPEATS}; rc=$?; {step} stop; {step} pack {tag}; exit $rc"
         calls += [f"run timeout_s=600 command={up!r}", f"run timeout_s=600 command={measure!r}"]
+    for n, loader in enumerate(loads):
+        write = " --write" if n == 0 else ""
+        timed = f"PYTHONUNBUFFERED=1 {bound} {step} loads {engine}{write} --loader {loader}"
+        command = f"{step} stop; {timed}; rc=$?; {step} stop; {step} pack loads-{loader}; exit $rc"
+        calls.append(f"run timeout_s=600 command={command!r}")
     return calls
 
 
@@ -766,6 +805,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, help="status's budget_left_s, when less than a session's 1800 s")
     parser.add_argument("--gates", default=",".join(t for t, _ in GATE_CALLS), help="the gate calls to plan")
     parser.add_argument("--baseline-file", default="", help="a baseline.json kept in the checkout (speculative calls)")
+    parser.add_argument("--loads", default="", help="loaders timed on real files: auto,fastsafetensors,runai_streamer")
     args = parser.parse_args()
     if args.resplit:
         out = resplit(OUT / args.engine)
@@ -779,9 +819,9 @@ def main() -> None:
     )
     release = json.loads((out / "manifest.json").read_text())["release"]
     gates = tuple(args.gates.split(","))
-    print(
-        "\n".join(plan(args.engine, out, release, budget_s=args.budget, gates=gates, baseline_file=args.baseline_file))
-    )
+    loads = tuple(filter(None, args.loads.split(",")))
+    print("\n".join(plan(args.engine, out, release, budget_s=args.budget, gates=gates,
+                         baseline_file=args.baseline_file, loads=loads)))  # fmt: skip
 
 
 if __name__ == "__main__":

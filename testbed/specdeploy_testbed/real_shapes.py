@@ -235,7 +235,7 @@ def drafter_config(target: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _train_tokenizer(out: Path) -> dict[str, int]:
+def train_tokenizer(out: Path) -> dict[str, int]:
     names = {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]"}
     return tiny_configs.train_tokenizer(
         out, tiny_configs.KIMI_SPECIALS, tiny_configs.KIMI_CHAT_TEMPLATE, names, fill_to=TEXT["vocab_size"]
@@ -248,7 +248,7 @@ def make(out: Path, layers: int = LAYERS, experts: int = EXPERTS) -> dict[str, P
     target_dir.mkdir(parents=True, exist_ok=True)
     drafter_dir.mkdir(parents=True, exist_ok=True)
     aux_layer_ids(layers)  # refuse a depth the drafter cannot read before writing anything
-    ids = _train_tokenizer(target_dir)
+    ids = train_tokenizer(target_dir)
     target = target_config(ids, layers, experts)
     (target_dir / "config.json").write_text(json.dumps(target, indent=2) + "\n")
     (target_dir / "preprocessor_config.json").write_text(

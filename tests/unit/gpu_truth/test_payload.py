@@ -153,6 +153,33 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
                                        for c in later[-2:])  # fmt: skip
 
 
+def test_the_loads_plan_carries_vmtouch_first_and_times_one_loader_a_call(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(payload, "ROOT", tmp_path)
+    out = tmp_path / ".gpu-payload" / "vllm"
+    out.mkdir(parents=True)
+    for n in range(2):
+        (out / f"part-{n:02d}").write_bytes(b"x")
+    (tmp_path / ".gpu-payload" / "tools").mkdir()
+    (tmp_path / ".gpu-payload" / "tools" / "vmtouch_1.3.1-2_amd64.deb").write_bytes(b"deb")
+    calls = payload.plan("vllm", out, "0.33.0", gates=(), loads=("auto", "runai_streamer"))
+    assert len(calls) == 2 + 2
+    assert ".gpu-payload/tools/vmtouch_1.3.1-2_amd64.deb" in calls[0] and "vmtouch" not in calls[1]
+    first, second = calls[2:]
+    assert "loads vllm --write --loader auto;" in first and "pack loads-auto" in first
+    assert "loads vllm --loader runai_streamer;" in second and "--write" not in second
+    assert all(f"bound {payload.GATE_BOUND_S})" in c and c.index("stop") < c.index("loads vllm") for c in calls[2:])
+    assert "vmtouch" not in "".join(payload.plan("vllm", out, "0.33.0", gates=()))  # no loads, no tools
+
+
+def test_what_is_carried_beside_the_engine_is_pinned_in_pins_yaml() -> None:
+    assert payload.pinned("py-spy") == payload.PINS["tools"]["py_spy"]
+    assert payload.pinned("runai-model-streamer") == payload.PINS["loaders"]["runai_model_streamer"]
+    with pytest.raises(SystemExit, match="no pin"):
+        payload.pinned("left-pad")
+    assert "runai-model-streamer" in payload.RECIPES["vllm"].also
+    assert all(f"serving_{d}_version" in payload.PINS["host"] for r in payload.RECIPES.values() for d in r.debs)
+
+
 def test_parts_cut_again_rejoin_into_the_same_payload(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payload, "CHUNK", 4)
     data = bytes(range(10))
