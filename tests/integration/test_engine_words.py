@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,23 @@ def test_the_gates_clients_take_only_flags_their_pinned_release_declares(vllm_si
         flags = set(flags_of(run.command()[3:]))  # (without the timeout wrapper)
         assert len(flags) > 15 and flags - declared == set(), (engine, sorted(flags - declared))
     assert "--trust-remote-code" in vllm_bench and "--flush-cache" in sglang_bench
+
+
+def test_the_engine_caches_variables_are_the_pinned_releases_own(vllm_site, sglang_site):
+    """specdeploy.serve.engine_cache: each variable it sets is one the pinned release reads, and the
+    VLLM_* ones it relies on staying out of vLLM's compile-cache key are in envs.compile_factors' ignored set."""
+    from specdeploy.serve import engine_cache  # noqa: PLC0415
+
+    tree = ast.parse((vllm_site / "vllm/envs.py").read_text())
+    envs = _module_assign(tree, "environment_variables")
+    assert isinstance(envs, ast.Dict)
+    assert "VLLM_CACHE_ROOT" in {k.value for k in envs.keys if isinstance(k, ast.Constant)}
+    factors = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "compile_factors")
+    ignored = next(n.value for n in ast.walk(factors) if isinstance(n, ast.AnnAssign | ast.Assign)
+                   and "ignored_factors" in ast.unparse(n))  # fmt: skip
+    assert set(engine_cache.VLLM_UNHASHED) <= set(_strings(ignored))
+    # vLLM keeps a Triton cache the caller gives (compilation/compiler_interface.initialize_inductor_cache)
+    assert 'os.environ.get("TRITON_CACHE_DIR")' in (vllm_site / "vllm/compilation/compiler_interface.py").read_text()
+    assert "    SGLANG_CACHE_DIR = " in (sglang_site / "sglang/srt/environ.py").read_text()
+    vllm_env = replace(rendered("vllm"), cache_dir="/c").environment()
+    assert vllm_env["VLLM_CACHE_ROOT"] == f"{engine_cache.CACHE_MOUNT}/vllm"

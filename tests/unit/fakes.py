@@ -83,6 +83,7 @@ class FakeContainers:
         self.engine.maybe_fail("create")
         container = FakeContainer(self.engine, kwargs["name"], kwargs["image"], dict(kwargs.get("labels", {})))
         self.engine.all.append(container)
+        self.engine.created.append(kwargs)
         return container
 
 
@@ -109,6 +110,7 @@ class FakeDocker:
     all: list[FakeContainer] = field(default_factory=list)
     fail: dict[str, list[Exception]] = field(default_factory=dict)
     calls: int = 0
+    created: list[dict[str, Any]] = field(default_factory=list)  # each create's arguments
 
     def __post_init__(self) -> None:
         self.containers = FakeContainers(self)

@@ -14,7 +14,7 @@ from typing import Any
 
 from specdeploy import names
 from specdeploy.engine_image.profiles import DRAFTER_DIR
-from specdeploy.serve import engine_words, loaders, schema, variables
+from specdeploy.serve import engine_cache, engine_words, loaders, schema, variables
 from specdeploy.serve.knob_fields import KnobFields
 from specdeploy.serve.schema import BY_FIELD, DIGEST_SKIPS_AT_DEFAULT
 
@@ -32,6 +32,9 @@ DP_RANKS_LABEL = "io.specdeploy.data-parallel-ranks"
 @dataclass(frozen=True)
 class ServingConfig(KnobFields):
     drafter_path: str = DRAFTER_DIR  # inside the image: the drafter is baked in (not a role variable)
+    # The host folder of this image's engine cache (specdeploy.serve.engine_cache), set by the deploy once
+    # it knows the image; "" for none. Not in the digest: it follows from the image, which is compared apart.
+    cache_dir: str = ""
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -238,8 +241,9 @@ class ServingConfig(KnobFields):
 
     def environment(self) -> dict[str, str]:
         found = loaders.loader(self.load_format)
+        cache = engine_cache.environment(self.engine) if self.cache_dir else {}
         env = {"HF_HUB_OFFLINE": "1", **{str(k): str(v) for k, v in self.nccl.get("env", {}).items()},
-               **(found.environment(self.page_cache_warmed) if found else {}), **self.env}  # fmt: skip
+               **(found.environment(self.page_cache_warmed) if found else {}), **cache, **self.env}  # fmt: skip
         for name, said in schema.ENVIRONMENT.get(self.engine, ()):  # an opt-in, by environment
             if getattr(self, name):
                 env[said.env] = "1"
@@ -265,6 +269,7 @@ class ServingConfig(KnobFields):
                 del fields[name]
         # An input only through the loader's environment: that is what the container is made of.
         del fields["page_cache_warmed"]
+        del fields["cache_dir"]
         found = loaders.loader(self.load_format)
         if found and found.environment(self.page_cache_warmed):
             fields["loader_env"] = found.environment(self.page_cache_warmed)
@@ -287,6 +292,7 @@ class ServingConfig(KnobFields):
             "volumes": {
                 self.model_path: {"bind": MODEL_MOUNT, "mode": "ro"},
                 **{host: {"bind": inside, "mode": "ro"} for host, inside in self.volumes.items()},
+                **({self.cache_dir: {"bind": engine_cache.CACHE_MOUNT, "mode": "rw"}} if self.cache_dir else {}),
             },
             # py-spy reads a stalled engine's stacks (the watchdog's dump) with ptrace.
             "cap_add": ["SYS_PTRACE"],

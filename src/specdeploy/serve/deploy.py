@@ -24,6 +24,7 @@ from specdeploy.fleet.router_api import worker_url
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, hardware
 from specdeploy.gate.rules import GateSettings, flag
 from specdeploy.records import HostRecords, host_runs
+from specdeploy.serve import engine_cache
 from specdeploy.serve.config import CONTAINER, ServingConfig
 from specdeploy.serve.deploy_parts import Prewarm, SaidGate, image_id, result, serving
 from specdeploy.serve.group import GroupRollout, GroupWatcher, Member
@@ -40,8 +41,9 @@ from specdeploy.watch.watchdog import Verdict, WatchOptions
 # The role's knobs the deploy reads: these by name, the prewarm's and the gate's by prefix, so that a
 # new serving_bench_* or serving_prewarm_* knob reaches them as schema.py declares it.
 _SINGLE = ("stall_timeout", "timeout", "reconnect_grace", "state_dir", "warm_page_cache", "fleet_worker")
+_PREFIXES = ("prewarm_", "bench", "engine_cache")
 VARIABLES: tuple[str, ...] = tuple(
-    k.variable for k in KNOBS if not k.no_log and (k.name in _SINGLE or k.name.startswith(("prewarm_", "bench")))
+    k.variable for k in KNOBS if not k.no_log and (k.name in _SINGLE or k.name.startswith(_PREFIXES))
 )
 # GateSettings.from_vars's words for the two gate knobs whose names say more (the rest: serving_bench_<word>).
 _GATE_WORDS = {"bench": "enabled", "bench_budget_s": "budget"}
@@ -62,6 +64,7 @@ class Settings:
     fleet_worker: str  # empty: from ansible_host and the engine's port
     prewarm: dict[str, Any]  # serve.prewarm.prewarmer's values
     bench: dict[str, Any]  # GateSettings.from_vars's values, and `enabled`
+    engine_cache: dict[str, Any]  # serving_engine_cache (`enabled`), _keep, _max_gb
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> Settings:
@@ -70,9 +73,11 @@ class Settings:
         prewarm = {name.removeprefix("prewarm_"): v for name, v in given.items() if name.startswith("prewarm_")}
         bench = {_GATE_WORDS.get(name, name.removeprefix("bench_")): v for name, v in given.items()
                  if name.startswith("bench")}  # fmt: skip
+        cache = {name.removeprefix("engine_cache").lstrip("_") or "enabled": v for name, v in given.items()
+                 if name.startswith("engine_cache")}  # fmt: skip
         return cls(float(given["stall_timeout"]), float(given["timeout"]), float(given["reconnect_grace"]),
                    str(given["state_dir"]), flag(given["warm_page_cache"]), str(given.get("fleet_worker") or ""),
-                   prewarm, bench)  # fmt: skip
+                   prewarm, bench, cache)  # fmt: skip
 
 
 class Inventory(Protocol):
@@ -182,6 +187,18 @@ class Deploy:
         warmer = prewarmer(conn.commands, cfg.model_path, self.settings.prewarm)
         return Prewarm(self.say, warmer, self.settings.warm_page_cache)
 
+    def cached(self, conn: HostConnection, cfg: ServingConfig, image: str) -> ServingConfig:
+        """CFG with this image's engine cache on the host (specdeploy.serve.engine_cache), said; as it was
+        when serving_engine_cache is off."""
+        cache = self.settings.engine_cache
+        if not flag(cache.get("enabled", True)):
+            return cfg
+        prepared = engine_cache.prepare(conn.commands, self.settings.state_dir, cfg.engine, image,
+                                        keep=int(cache.get("keep", engine_cache.KEEP)),
+                                        max_gb=float(cache.get("max_gb", engine_cache.MAX_GB)))  # fmt: skip
+        self.say(prepared.says())
+        return replace(cfg, cache_dir=prepared.path)
+
     def watcher(self, cfg: ServingConfig, diagnostics: Path) -> Watcher:
         """This host's watch of a container to its verdict, each stage said; LOST stops the rollout."""
         conn, settings = self.inventory.connection, self.settings
@@ -238,7 +255,8 @@ class Deploy:
             else:
                 if not args["image"]:
                     raise SpecdeployError("specdeploy_serve: action=deploy needs image")
-                outcome = rollout.deploy(cfg, image_id(rollout, args["image"], str(conn)), warm)
+                image = image_id(rollout, args["image"], str(conn))
+                outcome = rollout.deploy(self.cached(conn, cfg, image), image, warm)
                 warm.keep(outcome.verdict)
             if outcome.status in ("deployed", "restarted"):  # promoted: it serves, router or not
                 store.record_serving(serving(outcome, args, bool(inventory.api_key(inventory.host_name))))
@@ -267,7 +285,7 @@ class Deploy:
         rollout = Rollout(conn.reconnect_docker, HostRecords(conn.commands, self.settings.state_dir), _no_watch,
                           host_runs(host), self.settings.reconnect_grace)  # fmt: skip
         image = image_id(rollout, self.args["image"], host)
-        cfg = ServingConfig.from_vars({**raw, "api_key": inventory.api_key(host)})
+        cfg = self.cached(conn, ServingConfig.from_vars({**raw, "api_key": inventory.api_key(host)}), image)
         return Member(rank, host, rollout, cfg, image), conn, raw
 
     def group_watch(self, cfg: ServingConfig, conns: list[tuple[int, str, HostConnection]]) -> GroupWatcher:

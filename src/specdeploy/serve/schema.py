@@ -285,6 +285,16 @@ KNOBS: tuple[Knob, ...] = (
           number(0.01, 0.9)),
     _role("prewarm_max_gb", "float", 0, "A further bound on what the prewarm reads, in GiB; 0 for none.",
           number(0, 1_000_000)),
+    _role("engine_cache", "bool", True,
+          "Keep the engine's compile and JIT caches on the host, per image, for the next start.", boolean,
+          note="The engine's caches (torch.compile, Triton, FlashInfer, SGLang's JIT kernels, CUDA's) in\n"
+               "<serving_state_dir>/engine-cache/<engine>-<image digest>-<GPU architecture>, mounted into every\n"
+               "engine container of that image (rollout, baseline, rollback, each rank): a restart skips the\n"
+               "work (specdeploy.serve.engine_cache)."),
+    _role("engine_cache_keep", "int", 3, "Image caches the host keeps, newest use first (the current one included).",
+          integer(1, 100)),
+    _role("engine_cache_max_gb", "float", 50, "The most GiB the host's engine caches may hold together.",
+          number(0.1, 1_000_000)),
     _role("vmtouch_version", "str", "{{ 'serving_vmtouch_version' | specdeploy_pin }}",
           "The apt version of vmtouch (the prewarm's reader); from specdeploy/pins.yaml.",
           aside="specdeploy/pins.yaml"),

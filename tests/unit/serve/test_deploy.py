@@ -23,6 +23,7 @@ from specdeploy.record_types import PrewarmReport
 from specdeploy.records import Serving
 from specdeploy.serve import deploy
 from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.engine_cache import CACHE_MOUNT, Prepared
 from specdeploy.serve.engine_host import FAILED, PREVIOUS
 from specdeploy.serve.schema import BY_VARIABLE, KNOBS
 from specdeploy.watch.watchdog import Verdict
@@ -128,6 +129,7 @@ class Play:
         self.gates: list[FakeGate] = []
         self.refuses: set[str] = set()
         self.options: list[Any] = []
+        self.caches: list[str] = []
         monkeypatch.setenv("SPECDEPLOY_STATE", str(tmp_path / "state"))
         monkeypatch.setattr(deploy, "HostRecords", self.records)
         monkeypatch.setattr(deploy, "prewarmer", self.prewarmer)
@@ -135,6 +137,7 @@ class Play:
         monkeypatch.setattr(deploy, "watch_group_on_hosts", self.watch_group)
         monkeypatch.setattr(deploy, "RouterMembership", lambda *a: Membership(self, *a))
         monkeypatch.setattr(deploy, "BenchmarkGate", SimpleNamespace(for_engine=self.gate))
+        monkeypatch.setattr(deploy.engine_cache, "prepare", self.engine_cache)
 
     # deploy.Inventory
     @property
@@ -169,6 +172,13 @@ class Play:
             return PrewarmReport(True, f"page cache warmed on {commands.host.name}", model_bytes=10)
 
         return SimpleNamespace(warm=warm)
+
+    def engine_cache(self, commands: Commands, state_dir: str, engine: str, image: str, *, keep: int,
+                     max_gb: float) -> Prepared:  # fmt: skip
+        """The host's cache folder (engine_cache.prepare runs shell there: tests/unit/serve/test_engine_cache.py)."""
+        self.caches.append(f"{commands.host.name} {image} keep={keep} max_gb={max_gb}")
+        name = f"{engine}-{image.removeprefix('sha256:')[:12]}-cpu"
+        return Prepared(name, f"{state_dir}/engine-cache/{name}", 0, ())
 
     def watch_one(self, conn: Host, container: str, port: int, options: Any, grace: float) -> Verdict:
         self.options.append((options, grace))
@@ -242,6 +252,30 @@ def play(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Play:
 # ---------------------------------------------------------------------------------------------- one host
 
 
+def test_every_rank_mounts_its_hosts_cache_and_the_cache_can_be_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 36: the role's knobs reach the cache's preparation; each rank of a group starts from its own
+    host's cache; serving_engine_cache: false mounts none. (The baseline's container is the same config
+    with speculation off: tests/unit/serve/test_engine_cache.py.)"""
+    play = Play(tmp_path, monkeypatch)
+    play.run(args(), bench=False, state_dir="/srv/state", engine_cache_keep=2, engine_cache_max_gb=7.5)
+    made = play.hosts["tb-1"].docker.created
+    assert made[0]["volumes"]["/srv/state/engine-cache/vllm-v1-cpu"] == {"bind": CACHE_MOUNT, "mode": "rw"}
+    assert play.caches == ["tb-1 sha256:v1 keep=2 max_gb=7.5"]
+    play.run(args(image="v2"), bench=False, state_dir="/srv/state", engine_cache=False)
+    assert not any(CACHE_MOUNT in str(v) for v in made[-1]["volumes"].values()) and "VLLM_CACHE_ROOT" not in made[
+        -1]["environment"]  # fmt: skip
+
+    group = Play(tmp_path / "group", monkeypatch, hosts=("tb-1", "tb-2"))
+    group.configs = {"tb-1": group_config("v1", 0), "tb-2": group_config("v1", 1)}
+    group.run(args(cfg=group.configs["tb-1"]), bench=False, state_dir="/srv/state")
+    assert sorted(group.caches) == ["tb-1 sha256:v1 keep=3 max_gb=50.0", "tb-2 sha256:v1 keep=3 max_gb=50.0"]
+    for host in ("tb-1", "tb-2"):
+        (rank,) = group.hosts[host].docker.created
+        assert rank["volumes"]["/srv/state/engine-cache/vllm-v1-cpu"]["mode"] == "rw"
+
+
 def test_a_first_deploy_warms_watches_and_records_what_serves_then_a_rerun_changes_nothing(play: Play) -> None:
     host = play.hosts["tb-1"]
     out = play.run(args(), bench=False, stall_timeout="45", state_dir="/srv/state", prewarm_readers=4)
@@ -251,8 +285,13 @@ def test_a_first_deploy_warms_watches_and_records_what_serves_then_a_rerun_chang
     assert [line.split()[0] for line in out["startup_table"]] == ["launched", "resolving", "to"]  # its stages
     assert play.log == ["warm tb-1 /srv/models/target {'readers': 4, 'max_fraction': 0.5, 'max_gb': 0}",
                         f"watch tb-1 {CONTAINER}"]  # fmt: skip
-    assert play.lines == ["page cache warmed on tb-1", f"watching {CONTAINER} (stall timeout 45 s)",
+    assert play.lines == ["engine cache vllm-v1-cpu: cold: the first start of this image here",
+                          "page cache warmed on tb-1", f"watching {CONTAINER} (stall timeout 45 s)",
                           f"{CONTAINER}: loading weights, 12 s", READY]  # fmt: skip
+    assert play.caches == ["tb-1 sha256:v1 keep=3 max_gb=50.0"]
+    (made,) = host.docker.created  # the engine's container mounts its image's cache, read-write
+    assert made["volumes"]["/srv/state/engine-cache/vllm-v1-cpu"] == {"bind": CACHE_MOUNT, "mode": "rw"}
+    assert made["environment"]["VLLM_CACHE_ROOT"] == f"{CACHE_MOUNT}/vllm"
     options, grace = play.options[0]
     assert (options.stall_timeout_s, options.timeout_s, options.speculative, grace) == (45.0, 3600.0, True, 120.0)
     assert host.state_dirs == ["/srv/state"] and host.serving() == ("sha256:v1", "running")
