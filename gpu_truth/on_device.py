@@ -419,12 +419,37 @@ def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
         models = variant
     if serves_kimi_text_only(args.engine, args):
         models = text_only_variant(models)
-    config = render(values)
+    config = with_engine_cache(render(values), args)
     from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
 
     place(Path(MODEL_MOUNT), models / "target")
     place(Path(config.drafter_path), models / "drafter")
     return out, values, config
+
+
+def with_engine_cache(config: Any, args: argparse.Namespace) -> Any:
+    """CONFIG with the product's engine cache (specdeploy.serve.engine_cache): its folder keyed by the
+    engine, the carried payload's digest (this machine's "image") and the GPUs' architecture, at
+    CACHE_MOUNT as the container would see it, and the engine's cache variables pointing into it."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from specdeploy.serve import engine_cache  # noqa: PLC0415
+
+    if getattr(args, "no_engine_cache", False):
+        return config
+    digest = sums(STORE / args.engine).get("payload.tar", "0" * 64) if (STORE / args.engine).is_dir() else "0" * 64
+    try:
+        caps = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                              text=True, check=False).stdout.splitlines()  # fmt: skip
+    except OSError:  # no driver: the key says cpu
+        caps = []
+    key = engine_cache.key(args.engine, f"sha256:{digest}", engine_cache.architecture(caps))
+    folder = STORE / "engine-cache" / key
+    warm = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+    folder.mkdir(parents=True, exist_ok=True)
+    place(Path(engine_cache.CACHE_MOUNT), folder)
+    log(f"engine cache {key}: " + (f"warm, {warm / 1024**2:.0f} MiB" if warm else "cold"))
+    return replace(config, cache_dir=str(folder))
 
 
 def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[list[str], dict[str, str]]:
@@ -453,7 +478,7 @@ def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[lis
              "--url", f"http://127.0.0.1:{PORT}", "--json", str(out / "verdict.json"), "--no-progress",
              "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout),
              "--diagnostics", str(out / "diagnostics"),
-             *(["--speculative"] if args.engine == "vllm" and config.speculative_method == "eagle3" else []),
+             *(["--speculative"] if counts_drafts(config, args) else []),
              "--", "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]  # fmt: skip
     # py-spy (carried in each engine's payload) on the watch's PATH: a STALLED verdict dumps the stacks.
     return watch, {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
@@ -612,14 +637,25 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
     (exit, verdict line, seconds) with the records back in OUT. None: `up` is done."""
     up = live_records(out)
     if args.phase == "up":
-        shutil.rmtree(up, ignore_errors=True)
-        # Watched into the store: the engine writes its log there for as long as it runs (this call's
-        # $OUT is packed and emptied at its end; the measuring call's traffic would go to a deleted file).
-        code, verdict_line, seconds = start_watched(config, args, up)
-        if code != 0:
+        started = resumed(config, args, up)
+        if started is None:
+            shutil.rmtree(up, ignore_errors=True)
+            # Watched into the store: the engine writes its log there for as long as it runs (this call's
+            # $OUT is packed and emptied at its end; the measuring call's traffic would go to a deleted file).
+            # The watch may take what is left of this call: a start still making progress at its end is
+            # left running, and the next `--phase up` watches it on (SGLang's first-use kernel build took
+            # more than 400 s of a 480-s watch on the H200, 2026-12-06).
+            args.timeout = max(60.0, min(args.timeout, bound(GATE_BOUND_S) - UP_MARGIN_S))
+            started = start_watched(config, args, up)
+        code, verdict_line, seconds = started
+        going = code != 0 and still_starting(verdict_line) and bool(engine_groups())
+        if code != 0 and not going:
             stop_engines()
-        (up / "up.json").write_text(json.dumps({"exit": code, "verdict": verdict_line, "seconds": seconds}))
+        (up / "up.json").write_text(json.dumps({"exit": code, "verdict": verdict_line, "seconds": seconds,
+                                                "starting": going}))  # fmt: skip
         shutil.copytree(up, out, dirs_exist_ok=True)
+        if going:
+            log(f"still starting after {seconds} s, left running: the same gate with --phase up watches it on")
         return None
     if not (up / "up.json").is_file():
         raise SystemExit(f"no engine was started for {out.name}: run the same gate with --phase up first")
@@ -634,7 +670,80 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
         raise SystemExit(f"the engine started for {out.name} does not answer ({exc}): --phase up again") from exc
     shutil.copytree(up, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("diagnostics"))
     started = json.loads((up / "up.json").read_text())
+    if started.get("starting"):
+        raise SystemExit(f"the engine started for {out.name} is still starting: the same gate with --phase up first")
     return int(started["exit"]), str(started["verdict"]), float(started["seconds"])
+
+
+# What a gate's `--phase up` leaves of its call for the pack and the answer.
+GATE_BOUND_S, UP_MARGIN_S = 570, 25
+
+
+def still_starting(verdict_line: str) -> bool:
+    """A watch that ran out of time while the engine still made progress (not stalled, not dead)."""
+    return verdict_line.startswith("TIMEOUT") and "still making progress" in verdict_line
+
+
+def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, float] | None:
+    """An engine an earlier `--phase up` left still starting, watched on to its verdict: (exit, verdict
+    line, the seconds of every call's watch together); None when there is none to go on with (a fresh
+    start is due), as when it runs another command or has died."""
+    record = up / "up.json"
+    if not record.is_file() or not json.loads(record.read_text()).get("starting"):
+        return None
+    before = json.loads(record.read_text())
+    ran = json.loads((up / "command.json").read_text())["ran"]
+    pid = engine_pid()
+    if ran != test_only(engine_argv(config.command()), args.engine, args)[0] or pid is None:
+        log("the engine left starting is gone or runs another command: starting afresh")
+        stop_engines()
+        return None
+    timeout = max(60.0, bound(GATE_BOUND_S) - UP_MARGIN_S)
+    log(f"watching on the engine left starting (pid {pid}, {before['seconds']} s so far)")
+    watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--pid", str(pid), "--log-file",
+             str(up / "engine.log"), "--url", f"http://127.0.0.1:{PORT}", "--json", str(up / "verdict.json"),
+             "--no-progress", "--stall-timeout", str(args.stall_timeout), "--timeout", str(timeout),
+             "--diagnostics", str(up / "diagnostics"),
+             *(["--speculative"] if counts_drafts(config, args) else [])]  # fmt: skip
+    begun = time.monotonic()
+    watch_env = {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
+    watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
+    verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
+    seconds = round(float(before["seconds"]) + time.monotonic() - begun, 1)
+    log(f"watch exit {watched.returncode}: {verdict_line} ({seconds} s since the start, over the calls)")
+    memory(up)
+    return watched.returncode, verdict_line, seconds
+
+
+def stop(keep_starting: bool) -> None:
+    if keep_starting and left_starting():
+        log("an engine a gate's --phase up left is still starting: left running for the next --phase up")
+        return
+    stop_engines()
+
+
+def left_starting() -> bool:
+    """Whether a gate's `--phase up` left an engine still starting (up.json says so, and one runs)."""
+    marks = STORE.glob("up/*/up.json") if STORE.is_dir() else []
+    return any(json.loads(m.read_text()).get("starting") for m in marks) and bool(engine_groups())
+
+
+def counts_drafts(config: Any, args: argparse.Namespace) -> bool:
+    """The watch asks vLLM's EAGLE-3 engine for growing draft counters (SGLang's are not on /metrics)."""
+    return bool(args.engine == "vllm" and config.speculative_method == "eagle3")
+
+
+def engine_pid() -> int | None:
+    """The engine's first process (the launcher the watch started): the lowest pid of its command line."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in cmd for m in ENGINE_MARKERS) and "on_device.py" not in cmd:
+            found.append(int(proc.name))
+    return min(found) if found else None
 
 
 def live_records(out: Path) -> Path:
@@ -688,6 +797,20 @@ def watch(rest: list[str]) -> int:
     return int(watch_cli.run(parser.parse_args(rest)))
 
 
+def small_steps(sub: Any) -> None:
+    """The parsers of the steps around the engine: receive, stop, pack, bound."""
+    receiving = sub.add_parser("receive")
+    receiving.add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
+    receiving.add_argument("--left", type=int, help="budget_left_s in the last answer (what the lease charged so far)")
+    stopping = sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
+    keep = "not an engine a gate's --phase up left still starting (the next watches it on)"
+    stopping.add_argument("--keep-starting", action="store_true", help=keep)
+    packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
+    packing.add_argument("name")
+    bounding = sub.add_parser("bound", help="seconds a call may run: MOST, or what is left of the device time")
+    bounding.add_argument("most", type=float)
+
+
 def loads_parser(sub: Any, engine_run: argparse.ArgumentParser) -> types.ModuleType:
     """The loads step (gpu_truth/loads.py), its parser added to SUB."""
     sys.path.insert(0, str(ROOT))  # run as a script: gpu_truth/ is on the path, the checkout is not
@@ -702,14 +825,7 @@ def main() -> int:
         return watch(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
-    receiving = sub.add_parser("receive")
-    receiving.add_argument("--budget", type=int, help="status's budget_left_s as this machine starts")
-    receiving.add_argument("--left", type=int, help="budget_left_s in the last answer (what the lease charged so far)")
-    sub.add_parser("stop", help="stop any engine an earlier call left (one cut off at its limit)")
-    packing = sub.add_parser("pack", help="$OUT as one NAME.tgz (the device returns 8 files, 2 folders down)")
-    packing.add_argument("name")
-    bounding = sub.add_parser("bound", help="seconds a call may run: MOST, or what is left of the device time")
-    bounding.add_argument("most", type=float)
+    small_steps(sub)
     ins = sub.add_parser("install")
     ins.add_argument("engine")
     ins.add_argument("--leave-out", action="append", default=[], help="wheel name prefix not to install")
@@ -737,6 +853,7 @@ def main() -> int:
         help="full-depth: routed experts per layer (cut); auto: what fits this GPU (experts_for)",
     )
     engine_run.add_argument("--dummy-load", action="store_true", help="test-only: --load-format dummy")
+    engine_run.add_argument("--no-engine-cache", action="store_true", help="no engine cache (every start cold)")
     engine_run.add_argument(
         "--acceptance",
         type=float,
@@ -772,8 +889,12 @@ def main() -> int:
     if args.step == "bound":
         print(bound(args.most))
         return 0
-    done = {"receive": lambda: receive(args.budget, args.left), "stop": stop_engines, "pack": lambda: pack(args.name),
-            "install": lambda: install(args.engine, args.leave_out)}.get(args.step)  # fmt: skip
+    done = {
+        "receive": lambda: receive(args.budget, args.left),
+        "stop": lambda: stop(args.keep_starting),
+        "pack": lambda: pack(args.name),
+        "install": lambda: install(args.engine, args.leave_out),
+    }.get(args.step)
     if done:
         done()
         return 0

@@ -777,7 +777,8 @@ def plan(
                 f"--form full-depth --dummy-load{version} {how}")  # fmt: skip
         # A cold full-depth start took 442 s of a call's 570 (H100, 2026-12-05): the start gets a call
         # and leaves the engine READY (its own process session outlives the call); the next measures it.
-        up = f"{step} stop; {gate} --phase up; rc=$?; {step} pack {tag}-up; exit $rc"
+        # `stop --keep-starting`: an engine an earlier up call left still starting is watched on, not stopped
+        up = f"{step} stop --keep-starting; {gate} --phase up; rc=$?; {step} pack {tag}-up; exit $rc"
         measure = f"{gate} --phase measure --repeat {REPEATS}; rc=$?; {step} stop; {step} pack {tag}; exit $rc"
         calls += [f"run timeout_s=600 command={up!r}", f"run timeout_s=600 command={measure!r}"]
     for n, loader in enumerate(loads):

@@ -61,10 +61,12 @@ def ensure_tiny_models() -> Path:
     return out
 
 
-def serve_command(models: Path, port: int, speculative: bool = True, extra: tuple[str, ...] = ()) -> list[str]:
+def serve_command(models: Path, port: int, speculative: bool = True, extra: tuple[str, ...] = (),
+                  eager: bool = True) -> list[str]:  # fmt: skip
+    """EAGER: no torch.compile (a compiled start spends ~75 s in g++ on this CPU)."""
     cmd = [str(venv() / "bin" / "vllm"), "serve", str(models / "target"), "--served-model-name", "tiny",
-           "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-model-len", "512",
-           "--max-num-seqs", "4", *extra]  # fmt: skip
+           "--host", "127.0.0.1", "--port", str(port), *(["--enforce-eager"] if eager else []),
+           "--max-model-len", "512", "--max-num-seqs", "4", *extra]  # fmt: skip
     if speculative:
         spec = {"method": "eagle3", "model": str(models / "drafter"), "num_speculative_tokens": 3,
                 "draft_tensor_parallel_size": 1}  # fmt: skip

@@ -9,6 +9,7 @@ import json
 import shutil
 import tarfile
 import textwrap
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,3 +370,80 @@ def test_the_model_form_is_part_of_the_baseline_key(monkeypatch: pytest.MonkeyPa
     h200 = argparse.Namespace(form="full-depth", layers=61, experts="32", architecture="kimi_k25")
     assert on_device.model_form(h100) == {"form": "full-depth", "layers": 61, "routed_experts_per_layer": 16}
     assert json.dumps(on_device.model_form(h100)) != json.dumps(on_device.model_form(h200))
+
+
+def test_the_harness_mounts_the_products_engine_cache_keyed_by_the_carried_payload(tmp_path, monkeypatch) -> None:
+    """issue 36 through the GPU harness: the product's cache variables (serve.engine_cache), their folder
+    keyed by the payload's digest (that machine's image) and the architecture, linked at CACHE_MOUNT."""
+    from specdeploy.serve import engine_cache  # noqa: PLC0415
+
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    placed: list[tuple[Path, Path]] = []
+    monkeypatch.setattr(on_device, "place", lambda link, to: placed.append((link, to)))
+    (tmp_path / "store" / "sglang").mkdir(parents=True)
+    (tmp_path / "store" / "sglang" / "SHA256SUMS").write_text(f"{'cd' * 32}  payload.tar\n")
+    values = on_device.inventory_vars(on_device.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"])
+    args = argparse.Namespace(engine="sglang", no_engine_cache=False)
+    config = on_device.with_engine_cache(on_device.render(values), args)
+    folder = tmp_path / "store" / "engine-cache" / "sglang-cdcdcdcdcdcd-cpu"  # (no nvidia-smi here)
+    assert config.cache_dir == str(folder) and folder.is_dir()
+    assert placed == [(Path(engine_cache.CACHE_MOUNT), folder)]
+    assert config.environment()["SGLANG_CACHE_DIR"] == f"{engine_cache.CACHE_MOUNT}/sglang"
+    off = on_device.with_engine_cache(
+        on_device.render(values), argparse.Namespace(engine="sglang", no_engine_cache=True)
+    )
+    assert "SGLANG_CACHE_DIR" not in off.environment()
+
+
+def test_a_start_still_making_progress_at_the_calls_end_is_watched_on_by_the_next_up(machine: Machine,
+                                                                                    monkeypatch) -> None:  # fmt: skip
+    """The H200, 2026-12-06: SGLang's first-use kernel build kept its start past the watch's 480 s
+    (TIMEOUT, "still making progress") and the harness stopped it. Now the watch gets what is left of the
+    call, an engine still starting is left running (and `stop --keep-starting` spares it), and the next
+    `--phase up` watches that engine on instead of starting another; measure refuses it until READY."""
+    timeouts: list[float] = []
+
+    def slow_start(config, args, out: Path) -> tuple[int, str, float]:
+        timeouts.append(args.timeout)
+        out.mkdir(parents=True, exist_ok=True)
+        ran = on_device.test_only(on_device.engine_argv(config.command()), args.engine, args)[0]
+        (out / "command.json").write_text(json.dumps({"ran": ran}))
+        (out / "engine.log").write_text("Capturing prefill shape (num_tokens=8192)\n")
+        return (
+            3,
+            "TIMEOUT 545.0s not ready after --timeout 545s (stage 'capturing CUDA graphs', still making progress)",
+            545.0,
+        )
+
+    monkeypatch.setattr(on_device, "start_watched", slow_start)
+    monkeypatch.setattr(on_device, "engine_groups", lambda: {4242})
+    monkeypatch.setattr(on_device, "engine_pid", lambda: 4242)
+    stopped: list[str] = []
+    monkeypatch.setattr(on_device, "stop_engines", lambda: stopped.append("stop"))
+    monkeypatch.setattr(on_device, "bound", lambda most: 570)
+    monkeypatch.setattr(on_device, "get_json", lambda url, timeout=10: {"data": []})
+    assert call("--baseline", "--phase", "up", "--timeout", "480", monkeypatch=monkeypatch) == 0
+    assert timeouts == [480.0] and stopped == []  # left running
+    up = json.loads((machine.root / "store" / "up" / "baseline" / "up.json").read_text())
+    assert up["starting"] is True
+    with pytest.raises(SystemExit, match="still starting"):
+        call("--baseline", "--phase", "measure", monkeypatch=monkeypatch)
+    on_device.stop(keep_starting=True)
+    assert stopped == []
+    watched: list[list[str]] = []
+
+    def attach(argv, **_):
+        if "watch" not in argv:  # the hardware probe
+            return types.SimpleNamespace(returncode=0, stdout="model name\t: Test CPU\n4\n")
+        watched.append(argv)
+        return types.SimpleNamespace(returncode=0, stdout="READY 12.0s READY\n")
+
+    monkeypatch.setattr(on_device.subprocess, "run", attach)
+    assert call("--baseline", "--phase", "up", monkeypatch=monkeypatch) == 0
+    (argv,) = watched
+    assert argv[argv.index("--pid") + 1] == "4242" and "--" not in argv  # the same engine, not a new one
+    up = json.loads((machine.root / "store" / "up" / "baseline" / "up.json").read_text())
+    assert up["exit"] == 0 and up["starting"] is False and up["seconds"] >= 545.0
+    assert machine.started == []  # no second engine
+    on_device.stop(keep_starting=True)
+    assert stopped == ["stop"]  # nothing starting any more: a leftover is stopped
