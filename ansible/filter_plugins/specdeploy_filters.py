@@ -20,6 +20,7 @@ from specdeploy.gpu.facts import (
     query_gpu_command,
     query_gpu_rows,
 )
+from specdeploy.preflight import fit
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
 from specdeploy.serve import ranks as serve_ranks
@@ -196,6 +197,7 @@ class FilterModule:
             "specdeploy_serving_config_names": serving_config_names,
             "specdeploy_serving_config": serving_config,
             "specdeploy_host_problems": hostchecks.host_problems,
+            "specdeploy_fit_problems": fit.config_problems,
             "specdeploy_docker_unanswered": hostchecks.docker_unanswered,
             "specdeploy_timed_out": hostchecks.timed_out,
             "specdeploy_gpu_commands": gpu_commands,

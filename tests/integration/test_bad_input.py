@@ -108,3 +108,11 @@ def test_a_loader_the_cpu_build_cannot_run_is_refused_before_any_build(testbed_u
     assert_clear_error(unknown, "serving_load_format='runai': must be empty (the engine's default) or one of auto")
     for result in (gpu_only, unknown):
         assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output
+
+
+def test_a_length_beyond_the_models_config_is_refused_before_any_build(testbed_up):
+    """issue 36: serving_max_model_len=99999 on the test bed's model failed at start-up, 24.5 s in; the
+    preflight play reads the model's config.json on the host and refuses it, naming the variable."""
+    result = specdeploy("deploy", "-e", "serving_max_model_len=99999")
+    assert_clear_error(result, "serving_max_model_len=99999: beyond the model's max_position_embeddings (2048")
+    assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output

@@ -17,6 +17,9 @@ activations and CUDA graphs) is not predicted here yet.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,3 +90,15 @@ def sequence_problems(kv_bytes: float, per_token: int, max_model_len: int) -> li
                 "serving_max_model_len, or give the cache more (serving_gpu_memory_fraction, "
                 "serving_kv_cache_dtype: fp8, more tensor or pipeline parallel ranks)"]  # fmt: skip
     return []
+
+
+def config_problems(config_b64: str, max_model_len: int) -> list[str]:
+    """The preflight role's refusal: CONFIG_B64 is the host's config.json as slurp reads it ("" where the
+    model is not there yet: nothing to hold the length to)."""
+    if not config_b64:
+        return []
+    try:
+        config = json.loads(base64.b64decode(config_b64))
+    except (binascii.Error, ValueError) as exc:
+        return [f"the model's config.json is not JSON ({exc}): check serving_model_path"]
+    return length_problems(config, max_model_len) if isinstance(config, Mapping) else []

@@ -62,3 +62,15 @@ def test_a_length_beyond_the_config_and_a_cache_short_of_one_sequence_are_refuse
     assert fit.sequence_problems(1 * fit.GIB, per_token, 4096) == []
     (short,) = fit.sequence_problems(0.25 * fit.GIB, per_token, 99_999)  # the serving_max_model_len
     assert "the KV cache holds 3,819 tokens" in short and "less than one sequence" in short
+
+
+def test_the_preflight_role_reads_the_hosts_config_json_as_slurp_gives_it() -> None:
+    import base64  # noqa: PLC0415
+
+    config = base64.b64encode(json.dumps({"text_config": {"max_position_embeddings": 2048}}).encode()).decode()
+    assert fit.config_problems(config, 2048) == [] and fit.config_problems("", 99_999) == []  # not there yet
+    (refused,) = fit.config_problems(config, 99_999)
+    assert refused.startswith("serving_max_model_len=99999: beyond the model's max_position_embeddings (2048")
+    assert fit.config_problems(base64.b64encode(b"{nope").decode(), 512)[0].startswith(
+        "the model's config.json is not JSON"
+    )
