@@ -476,7 +476,7 @@ def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[lis
     log(f"rendered: {' '.join(config.command())}")
     watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(out / "engine.log"),
              "--url", f"http://127.0.0.1:{PORT}", "--json", str(out / "verdict.json"), "--no-progress",
-             "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout),
+             "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout or WATCH_TIMEOUT_S),
              "--diagnostics", str(out / "diagnostics"),
              *(["--speculative"] if counts_drafts(config, args) else []),
              "--", "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]  # fmt: skip
@@ -645,7 +645,7 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
             # The watch may take what is left of this call: a start still making progress at its end is
             # left running, and the next `--phase up` watches it on (SGLang's first-use kernel build took
             # more than 400 s of a 480-s watch on the H200, 2026-12-06).
-            args.timeout = max(60.0, min(args.timeout, bound(GATE_BOUND_S) - UP_MARGIN_S))
+            args.timeout = args.timeout or max(60.0, bound(GATE_BOUND_S) - UP_MARGIN_S)
             started = start_watched(config, args, up)
         code, verdict_line, seconds = started
         going = code != 0 and still_starting(verdict_line) and bool(engine_groups())
@@ -675,8 +675,8 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
     return int(started["exit"]), str(started["verdict"]), float(started["seconds"])
 
 
-# What a gate's `--phase up` leaves of its call for the pack and the answer.
-GATE_BOUND_S, UP_MARGIN_S = 570, 25
+# What a gate's `--phase up` leaves of its call for the pack and the answer; the watch's bound elsewhere.
+GATE_BOUND_S, UP_MARGIN_S, WATCH_TIMEOUT_S = 570, 25, 480.0
 
 
 def still_starting(verdict_line: str) -> bool:
@@ -839,7 +839,8 @@ def main() -> int:
     engine_run.add_argument("--drafter-ids", default="", help="aux layer ids for a drafter variant, e.g. 3,4,5")
     engine_run.add_argument("--tag", default="", help="subfolder of $OUT")
     engine_run.add_argument("--stall-timeout", type=float, default=240)
-    engine_run.add_argument("--timeout", type=float, default=480)
+    bounds = f"the watch's bound (default {WATCH_TIMEOUT_S:.0f} s; a gate's up: what is left of its call)"
+    engine_run.add_argument("--timeout", type=float, default=None, help=bounds)
     engine_run.add_argument(
         "--form",
         default="tiny",
