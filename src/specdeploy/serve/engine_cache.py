@@ -19,7 +19,7 @@ What each pinned release reads (held to the wheels by tests/integration/test_eng
 Nothing here varies per run: the mount and the variables are the same for every start of one image on
 one host, so the engines' own cache keys stay stable (tests/unit/serve/test_engine_cache.py).
 A corrupt or half-written cache must not fail a start: each engine checks its artifacts and rebuilds
-what it cannot read (tests/integration/test_engine_cache.py corrupts one on the test bed).
+what it cannot read (tests/e2e/test_engine_cache.py cuts every file of one in half: the real engine starts).
 """
 
 from __future__ import annotations
