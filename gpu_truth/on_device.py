@@ -445,8 +445,9 @@ def with_engine_cache(config: Any, args: argparse.Namespace) -> Any:
         caps = []
     key = engine_cache.key(args.engine, f"sha256:{digest}", engine_cache.architecture(caps))
     folder = STORE / "engine-cache" / key
-    warm = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
     folder.mkdir(parents=True, exist_ok=True)
+    log(f"engine cache {key}: {carried_cache().seed(folder)}")
+    warm = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     place(Path(engine_cache.CACHE_MOUNT), folder)
     log(f"engine cache {key}: " + (f"warm, {warm / 1024**2:.0f} MiB" if warm else "cold"))
     return replace(config, cache_dir=str(folder))
@@ -637,6 +638,10 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
     (exit, verdict line, seconds) with the records back in OUT. None: `up` is done."""
     up = live_records(out)
     if args.phase == "up":
+        if ready_already(config, args, up):
+            log(f"the engine an earlier --phase up started for {out.name} is READY and answers: nothing to do")
+            shutil.copytree(up, out, dirs_exist_ok=True)
+            return None
         started = resumed(config, args, up)
         if started is None:
             shutil.rmtree(up, ignore_errors=True)
@@ -682,6 +687,27 @@ GATE_BOUND_S, UP_MARGIN_S, WATCH_TIMEOUT_S = 570, 25, 480.0
 def still_starting(verdict_line: str) -> bool:
     """A watch that ran out of time while the engine still made progress (not stalled, not dead)."""
     return verdict_line.startswith("TIMEOUT") and "still making progress" in verdict_line
+
+
+def ready_already(config: Any, args: argparse.Namespace, up: Path) -> bool:
+    """Whether an earlier `--phase up` of this same command left its engine READY and answering (a second
+    up call, planned for a start that may outrun one call, then has nothing to do)."""
+    record = up / "up.json"
+    if not record.is_file() or not (up / "command.json").is_file():
+        return False
+    done = json.loads(record.read_text())
+    ran = json.loads((up / "command.json").read_text())["ran"]
+    if (
+        done.get("starting")
+        or done.get("exit") != 0
+        or ran != test_only(engine_argv(config.command()), args.engine, args)[0]
+    ):
+        return False
+    try:
+        get_json(f"http://127.0.0.1:{PORT}/v1/models")
+    except OSError:
+        return False
+    return True
 
 
 def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, float] | None:
@@ -811,6 +837,14 @@ def small_steps(sub: Any) -> None:
     bounding.add_argument("most", type=float)
 
 
+def carried_cache() -> types.ModuleType:
+    """gpu_truth/carried_cache.py (it imports this module: imported when used)."""
+    sys.path.insert(0, str(ROOT))
+    from gpu_truth import carried_cache as module  # noqa: PLC0415
+
+    return module
+
+
 def loads_parser(sub: Any, engine_run: argparse.ArgumentParser) -> types.ModuleType:
     """The loads step (gpu_truth/loads.py), its parser added to SUB."""
     sys.path.insert(0, str(ROOT))  # run as a script: gpu_truth/ is on the path, the checkout is not
@@ -882,6 +916,7 @@ def main() -> int:
     )
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
     loads_step = loads_parser(sub, engine_run)
+    carried_cache().add_parser(sub)
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
@@ -895,6 +930,7 @@ def main() -> int:
         "stop": lambda: stop(args.keep_starting),
         "pack": lambda: pack(args.name),
         "install": lambda: install(args.engine, args.leave_out),
+        "cache-out": lambda: carried_cache().cache_out(args.engine, args.only),
     }.get(args.step)
     if done:
         done()

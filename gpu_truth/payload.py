@@ -738,6 +738,9 @@ GATE_BOUND_S = 570  # of the per-call 600 s: the stop and the pack after it take
 # Each configuration measured twice (two sweeps of one READY engine, each its own crossover line): the
 # H100 baseline's two sweeps agreed within 3 % at every level (2026-12-06).
 REPEATS = 2
+# The engine-cache subfolders worth carrying to the next session's machine (gpu_truth/carried_cache.py):
+# SGLang 0.5.23's JIT kernels (its WNA16 Marlin MoE build: 229 s on the H100, over 400 s on the H200).
+CARRY_CACHE = {"sglang": ("sglang-jit",)}
 
 
 def plan(
@@ -768,7 +771,22 @@ def plan(
         given = {0: f" --budget {budget_s}" if budget_s is not None else "", 1: " --left LEFT"}.get(n, "")
         command = f"{step} receive{given}" + (f" && {step} install {engine}" if n == len(parts) - 1 else "")
         calls.append(f"run carry={json.dumps(carry)} command={command!r}")
+    cached = out.parent / "carried-cache"
+    carried_cache = (json.loads((cached / "manifest.json").read_text()) if (cached / "manifest.json").is_file()
+                     else {"engine": None})  # fmt: skip
+    if carried_cache["engine"] == engine:  # an earlier machine's cache: its parts travel like the payload's
+        for n, part in enumerate(sorted(p.name for p in cached.glob("part-*"))):
+            rel_cache = cached.relative_to(ROOT)
+            carry = [
+                f"{rel_cache}/{part}",
+                *([f"{rel_cache}/SHA256SUMS", f"{rel_cache}/manifest.json"] if n == 0 else []),
+            ]
+            calls.insert(len(parts) - 1 + n, f"run carry={json.dumps(carry)} command={step + ' receive'!r}")
+    # else the first measured start's cache goes back with its measuring call, for the next session
+    cache_out = "".join(f" --only {sub}" for sub in CARRY_CACHE.get(engine, ()))
+    keep_cache = f"; {step} cache-out {engine}{cache_out}" if cache_out and carried_cache["engine"] != engine else ""
     version = f" --engine-version {release}" if release else ""
+    again = bool(keep_cache)  # this machine builds the engine's kernels at its first start
     carried = f" --baseline-file {baseline_file}" if baseline_file else ""
     bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
     for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
@@ -779,8 +797,15 @@ def plan(
         # and leaves the engine READY (its own process session outlives the call); the next measures it.
         # `stop --keep-starting`: an engine an earlier up call left still starting is watched on, not stopped
         up = f"{step} stop --keep-starting; {gate} --phase up; rc=$?; {step} pack {tag}-up; exit $rc"
-        measure = f"{gate} --phase measure --repeat {REPEATS}; rc=$?; {step} stop; {step} pack {tag}; exit $rc"
-        calls += [f"run timeout_s=600 command={up!r}", f"run timeout_s=600 command={measure!r}"]
+        measure = (
+            f"{gate} --phase measure --repeat {REPEATS}; rc=$?; {step} stop; {step} pack {tag}{keep_cache}; exit $rc"
+        )
+        keep_cache = ""  # once: the first measured start built what the later ones reuse
+        calls.append(f"run timeout_s=600 command={up!r}")
+        if again:  # a cold first start may outrun its call: watched on to its verdict (at once when READY)
+            calls.append(f"run timeout_s=600 command={up.split('; ', 1)[1]!r}")
+            again = False
+        calls.append(f"run timeout_s=600 command={measure!r}")
     for n, loader in enumerate(loads):
         write = " --write" if n == 0 else ""
         timed = f"PYTHONUNBUFFERED=1 {bound} {step} loads {engine}{write} --loader {loader}"

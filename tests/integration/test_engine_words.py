@@ -237,5 +237,9 @@ def test_the_engine_caches_variables_are_the_pinned_releases_own(vllm_site, sgla
     # vLLM keeps a Triton cache the caller gives (compilation/compiler_interface.initialize_inductor_cache)
     assert 'os.environ.get("TRITON_CACHE_DIR")' in (vllm_site / "vllm/compilation/compiler_interface.py").read_text()
     assert "    SGLANG_CACHE_DIR = " in (sglang_site / "sglang/srt/environ.py").read_text()
+    # SGLang's JIT build cache reads its own variable, not SGLANG_CACHE_DIR (0.5.23): each is set
+    jit = (sglang_site / "sglang/kernels/jit/utils/compile/cache.py").read_text()
+    assert 'envs.SGLANG_JIT_CACHE_DIR.get() or "~/.cache/sglang/jit"' in jit
+    assert {"SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"} <= set(engine_cache.VARIABLES["sglang"])
     vllm_env = replace(rendered("vllm"), cache_dir="/c").environment()
     assert vllm_env["VLLM_CACHE_ROOT"] == f"{engine_cache.CACHE_MOUNT}/vllm"

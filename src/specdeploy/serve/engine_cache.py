@@ -12,8 +12,10 @@ What each pinned release reads (held to the wheels by tests/integration/test_eng
   `TRITON_CACHE_DIR` (kept as given: `compilation/compiler_interface.initialize_inductor_cache` sets its
   own only when the caller has none); FlashInfer 0.7.2's JIT modules under
   `$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer` (`flashinfer/jit/env.py`);
-- SGLang 0.5.23: `SGLANG_CACHE_DIR` (its JIT kernels under `jit/`, `srt/environ.py`), and the same
-  Triton and FlashInfer variables;
+- SGLang 0.5.23: `SGLANG_CACHE_DIR` (DeepGEMM, CuTe AOT objects, FlashInfer's autotune results:
+  `srt/environ.py`) and `SGLANG_JIT_CACHE_DIR`, which does not follow it: the JIT kernels (its WNA16
+  Marlin MoE kernel, 229 s to build on an H100) go to `~/.cache/sglang/jit` unless it is set
+  (`kernels/jit/utils/compile/cache.cache_root`); and the same Triton and FlashInfer variables;
 - both: `CUDA_CACHE_PATH`, the CUDA driver's cache of kernels it compiled from PTX.
 
 Nothing here varies per run: the mount and the variables are the same for every start of one image on
@@ -52,6 +54,7 @@ VARIABLES: dict[str, dict[str, str]] = {
     },
     "sglang": {
         "SGLANG_CACHE_DIR": "sglang",
+        "SGLANG_JIT_CACHE_DIR": "sglang-jit",
         "TRITON_CACHE_DIR": "triton",
         "FLASHINFER_WORKSPACE_BASE": "flashinfer",
         "CUDA_CACHE_PATH": "cuda",
