@@ -51,9 +51,10 @@ def _finished(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if name.startswith(".staging-") or name == ".lock" else info
 
 
-def cache_out(engine: str, only: list[str], out: Path = dev.OUT) -> None:
+def cache_out(engine: str, only: list[str], out: Path | None = None) -> None:
     """The engine's current cache (or its ONLY subfolders) as xz-compressed parts in OUT, with SHA256SUMS and
     manifest.json: refused, with nothing written, when it needs more files than OUT has left."""
+    out = out or dev.OUT
     folder = current(engine)
     subs = only or sorted(p.name for p in folder.iterdir() if p.is_dir())
     buffer = io.BytesIO()
@@ -108,9 +109,10 @@ def seed(folder: Path, store: Path | None = None) -> str:
     return f"seeded from the cache made {manifest['made']} ({', '.join(manifest['subfolders'])})"
 
 
-def keep(returned: Path, into: Path = dev.CARRIED / NAME) -> None:
+def keep(returned: Path, into: Path | None = None) -> None:
     """Here: the parts a `cache-out` call returned (its files_at folder) into .gpu-payload/carried-cache,
     checked against their SHA256SUMS, replacing what was there."""
+    into = into or dev.CARRIED / NAME
     want = dev.sums(returned)
     for name, digest in want.items():
         if name.startswith("part-") and dev.sha256(returned / name) != digest:

@@ -125,6 +125,9 @@ def test_a_gate_in_two_calls_measures_the_engine_the_first_left_ready(machine: M
         live.write('INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
     with pytest.raises(SystemExit, match="another command"):
         call("--baseline", "--phase", "measure", "--set", "serving_max_model_len=4096", monkeypatch=monkeypatch)
+    # a second up call of the same command (planned for a start that may outrun one call) finds it READY
+    assert call("--baseline", "--phase", "up", monkeypatch=monkeypatch) == 0
+    assert machine.started == ["none"]
     assert call("--baseline", "--phase", "measure", monkeypatch=monkeypatch) == 0
     assert machine.started == ["none"]  # measured, not started again
     assert [p["concurrency"] for p in json.loads((machine.root / "out" / "baseline.json").read_text())["sweep"]] == [
@@ -393,6 +396,17 @@ def test_the_harness_mounts_the_products_engine_cache_keyed_by_the_carried_paylo
         on_device.render(values), argparse.Namespace(engine="sglang", no_engine_cache=True)
     )
     assert "SGLANG_CACHE_DIR" not in off.environment()
+    # a cache an earlier machine carried seeds the folder of the same key before the start
+    seeded = tmp_path / "cache-made-there" / "engine-cache" / folder.name / "sglang-jit" / "sm90"
+    seeded.mkdir(parents=True)
+    (seeded / "module.so").write_bytes(b"built")
+    monkeypatch.setattr(on_device, "OUT", tmp_path / "out")
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "cache-made-there")
+    on_device.carried_cache().cache_out("sglang", [])
+    on_device.carried_cache().keep(tmp_path / "out", into=tmp_path / "store" / "carried-cache")
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    on_device.with_engine_cache(on_device.render(values), args)
+    assert (folder / "sglang-jit" / "sm90" / "module.so").read_bytes() == b"built"
 
 
 def test_a_start_still_making_progress_at_the_calls_end_is_watched_on_by_the_next_up(machine: Machine,
