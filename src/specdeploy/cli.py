@@ -21,6 +21,7 @@ from specdeploy.fleet import schedule
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import run_playbook, unreachable_sentence
+from specdeploy.preflight import memory, model_files
 from specdeploy.report import pages as report_pages
 from specdeploy.report.reading import DEFAULT_LAST as REPORT_LAST
 from specdeploy.serve import endpoint
@@ -244,7 +245,27 @@ def last_measured_load_s(runs: Path) -> tuple[float, str] | None:
     return (newest[1], newest[2]) if newest else None
 
 
+def cmd_plan_fit(args: argparse.Namespace) -> int:
+    """One GPU's memory on paper for the inventory's first host: specdeploy.preflight.model_files decides."""
+    if not args.model or not args.gpu_memory_mib:
+        raise SpecdeployError("plan --fit needs --model and --gpu-memory-mib",
+                              hint="e.g. --gpu-memory-mib 97887 for an RTX PRO 6000 Blackwell (96 GB)")  # fmt: skip
+    values = next(iter(serving_hosts.inventory_hostvars(Path(args.inventory)).values()), {})
+    engine, drafter = args.engine or str(values.get("specdeploy_engine") or "vllm"), args.drafter and Path(args.drafter)
+    result = model_files.local_fit(values, engine, Path(args.model), drafter or None, args.gpu_memory_mib)
+    if result.fit is None:
+        raise SpecdeployError(result.note, hint="give --model a folder with config.json and its *.safetensors "
+                              "(or model.safetensors.index.json), and --drafter for speculation")  # fmt: skip
+    title = f"{args.inventory}, one GPU of {args.gpu_memory_mib:,} MiB"
+    print(json.dumps(result.as_dict()) if args.json else "\n".join(result.report(title)))
+    return 1 if result.fit.problems() else 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.fit:
+        return cmd_plan_fit(args)
+    if args.hosts is None:
+        raise SpecdeployError("plan needs --hosts (or --fit for one GPU's memory)")
     hosts = schedule.units(args.hosts or 0, args.nnodes)
     load_s, source = args.load_seconds, "given"
     if load_s is None:
@@ -392,8 +413,9 @@ def _add_serving_commands(sub: Any) -> None:
                      help=f"first local port (default {endpoint.DEFAULT_LOCAL_PORT}; 0: any free port)")  # fmt: skip
     ept.set_defaults(func=cmd_endpoint)
 
-    pln = sub.add_parser("plan", help="a fleet rollout on paper: batches, duration, lowest capacity, queue wait")
-    pln.add_argument("--hosts", type=int, required=True, help="engine hosts in the fleet")
+    pln = sub.add_parser("plan", help="a fleet rollout on paper: batches, duration, lowest capacity, queue wait; "
+                         "with --fit, one GPU's memory: weights, reserve, KV cache, concurrency")  # fmt: skip
+    pln.add_argument("--hosts", type=int, help="engine hosts in the fleet")
     pln.add_argument("--nnodes", type=int, default=1,
                      help="hosts per engine (serving_nnodes): a multi-node engine is one unit of capacity")  # fmt: skip
     pln.add_argument("--max-unavailable", default="1",
@@ -403,6 +425,12 @@ def _add_serving_commands(sub: Any) -> None:
     pln.add_argument("--offered-rps", type=float, help="the fleet's offered load, requests per second")
     pln.add_argument("--per-host-rps", type=float, help="what one engine serves, requests per second")
     pln.add_argument("--json", action="store_true", help="print JSON")
+    pln.add_argument("--fit", action="store_true", help="the model's fit on one GPU of the inventory's first host")
+    pln.add_argument("--inventory", default="inventories/local", help="with --fit: its serving_* values")
+    pln.add_argument("--model", help="with --fit: a folder with config.json and the *.safetensors (headers read)")
+    pln.add_argument("--drafter", help="with --fit: the EAGLE-3 drafter's folder")
+    pln.add_argument("--gpu-memory-mib", type=_positive_int, help="with --fit: one GPU's memory as nvidia-smi says it")
+    pln.add_argument("--engine", choices=memory.ENGINES, help="with --fit: instead of specdeploy_engine")
     pln.set_defaults(func=cmd_plan)
 
     rbk = sub.add_parser("rollback", help="swap the running engine with the previous one, watched to READY")

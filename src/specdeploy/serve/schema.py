@@ -415,6 +415,13 @@ def unsaid_problems(engine: str, config: object, knobs: Iterable[Knob] = KNOBS) 
 P2P = "serving_p2p"
 
 
+def with_defaults(given: Mapping[str, Any]) -> dict[str, Any]:
+    """GIVEN serving_* values over the role's own defaults (not the derived ones): what a play that does
+    not load the serving role (preflight's) would have it use."""
+    defaults = {k.variable: k.default for k in KNOBS if k.default is not UNSET and not k.derived}
+    return {**defaults, **given}
+
+
 def config_variables(names: Iterable[str]) -> list[str]:
     """The variables among NAMES that make the engine's variable set (never a secret: those are read apart)."""
     return [n for n in names if n in BY_VARIABLE and (BY_VARIABLE[n].field or n == P2P) and not BY_VARIABLE[n].no_log]
