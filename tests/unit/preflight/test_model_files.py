@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.cli import main
-from specdeploy.preflight import memory, model_files
+from specdeploy.preflight import memory, model_files, weights
 from specdeploy_testbed import real_shapes, tiny_configs
 from tests.unit.preflight import kimi_headers
 
@@ -157,3 +157,25 @@ def test_the_role_hands_the_action_only_arguments_it_takes() -> None:
     tasks = yaml.safe_load((ROOT / "roles/preflight/tasks/host.yml").read_text())
     (task,) = [t["specdeploy_model_fit"] for t in tasks if "specdeploy_model_fit" in t]
     assert set(task) <= set(spec) and set(task["serving"]) <= set(memory.Serving.VARIABLES)
+
+
+def test_a_checkpoint_not_downloaded_gives_its_index_total_over_the_ranks(tmp_path: Path) -> None:
+    """model.safetensors.index.json alone: total_size / (TP x PP), said to be an estimate."""
+    folder = tmp_path / "index-only"
+    folder.mkdir()
+    target = real_shapes.target_config(IDS, layers=61, experts=16)
+    (folder / "config.json").write_text(json.dumps(target))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 8 * 2**36}}))
+    serving = memory.Serving("vllm", weights.Layout(8), max_model_len=4096)
+    fits = model_files.fit_for(serving, model_files.read_local(folder), None, H100_MIB)
+    assert fits.fit is not None and fits.fit.weights == 2**36 and "estimated" in fits.note
+
+
+def test_a_file_that_is_no_safetensors_is_named_and_nothing_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "broken.safetensors").write_bytes(b"\xff" * 16)
+    read = read_on_host(folder)["target"]
+    fits = model_files.fit_for(memory.Serving("vllm", max_model_len=400_000), read, None, H100_MIB)
+    assert fits.fit is None and "broken.safetensors" in fits.note
