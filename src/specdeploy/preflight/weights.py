@@ -117,11 +117,16 @@ def stages(layers: int, pipeline_parallel: int) -> list[range]:
     return out
 
 
-def stage_of(name: str, runs: list[range]) -> int:
+def stage_of(name: str, runs: list[range]) -> int | None:
+    """The pipeline stage that holds NAME; None for a layer beyond the model's depth: DeepSeek-V3's MTP
+    layer (`num_nextn_predict_layers`), which both engines skip unless they serve MTP (vLLM's
+    deepseek_v2.py `get_spec_layer_idx_from_weight_name`, SGLang's deepseek_weight_loader.py)."""
+    if _FIRST.search(name):  # before the layers: a vision tower's own `layers.N` are not decoder layers
+        return 0
     layer = layer_of(name)
-    if layer is not None:
-        return next((i for i, run in enumerate(runs) if layer in run), len(runs) - 1)
-    return 0 if _FIRST.search(name) else len(runs) - 1
+    if layer is None:
+        return len(runs) - 1
+    return next((i for i, run in enumerate(runs) if layer in run), None)
 
 
 def shard_bytes(name: str, tensor: Tensor, layout: Layout, experts: int) -> float:
@@ -141,7 +146,9 @@ def gpu_bytes(headers: Iterable[tuple[str, Tensor]], config: Mapping[str, Any], 
     experts = int(text.get("n_routed_experts") or text.get("num_local_experts") or text.get("num_experts") or 0)
     per_stage = [0.0] * len(runs)
     for name, tensor in headers:
-        per_stage[stage_of(name, runs)] += shard_bytes(name, tensor, layout, experts)
+        stage = stage_of(name, runs)
+        if stage is not None:
+            per_stage[stage] += shard_bytes(name, tensor, layout, experts)
     return math.ceil(max(per_stage))
 
 

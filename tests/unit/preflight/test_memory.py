@@ -118,6 +118,8 @@ def test_weights_split_over_tp_and_pp_with_the_replicated_tensors_whole() -> Non
     two = weights.gpu_bytes(headers.items(), target, weights.Layout(pipeline_parallel=2))
     assert whole / 2 < two < whole * 0.55  # the fuller stage: 31 layers and the embedding, vision tower
     assert weights.stages(61, 2) == [range(31), range(31, 61)]
+    mtp = {n.replace(".layers.60.", ".layers.61."): t for n, t in headers.items() if ".layers.60." in n}
+    assert weights.gpu_bytes({**headers, **mtp}.items(), target, weights.Layout()) == whole  # not loaded
 
 
 def test_a_headers_bytes_are_read_and_only_its_header(tmp_path: Path) -> None:
