@@ -53,7 +53,8 @@ class Serving:
     # The serving_* variables from_vars reads (serving_env: vLLM on CPU's cache size).
     VARIABLES = tuple(f"serving_{n}" for n in (
         "tensor_parallel_size", "pipeline_parallel_size", "expert_parallel", "gpu_memory_fraction", "max_model_len",
-        "kv_cache_dtype", "speculative_method", "max_batched_tokens", "max_running_requests", "env"))  # fmt: skip
+        "kv_cache_dtype", "speculative_method", "max_batched_tokens", "max_running_requests", "encoder_tp_mode",
+        "env"))  # fmt: skip
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any], engine: str) -> Serving:
@@ -66,7 +67,8 @@ class Serving:
             return float(value) if value not in (None, "") else 0.0
 
         layout = Layout(int(number("tensor_parallel_size")) or 1, int(number("pipeline_parallel_size")) or 1,
-                        str(values.get("serving_expert_parallel", False)).lower() in ("true", "1", "yes"))  # fmt: skip
+                        str(values.get("serving_expert_parallel", False)).lower() in ("true", "1", "yes"),
+                        values.get("serving_encoder_tp_mode") == "data")  # fmt: skip
         return cls(engine, layout, number("gpu_memory_fraction"), int(number("max_model_len")),
                    str(values.get("serving_kv_cache_dtype") or ""),
                    str(values.get("serving_speculative_method") or "") not in ("", "none"),

@@ -11,8 +11,11 @@ DeepSeek-V3 / MLA models (vLLM 0.33.0 `model_executor/models/deepseek_v2.py`, SG
 - whole on every rank (replicated): the norms, MLA's down projections `q_a_proj` and
   `kv_a_proj_with_mqa` (ReplicatedLinear in both), the MoE router `mlp.gate` and its
   `e_score_correction_bias`, compressed-tensors' `weight_shape`, the EAGLE-3 vocabulary maps
-  `d2t`/`t2d`, and the vision tower with its projector (counted whole: a bound, the engines may shard it);
-- split over the TP ranks: every other linear (q_b, kv_b, o_proj, the dense and shared-expert MLPs), the
+  `d2t`/`t2d`, the vision tower's patch embedding and the projector (ReplicatedLinear: vLLM's
+  `kimi_k25_vit.py`, SGLang's `kimi_k25.py`), and the whole vision tower where its encoder runs data
+  parallel (`serving_encoder_tp_mode: data`);
+- split over the TP ranks: every other linear (q_b, kv_b, o_proj, the dense and shared-expert MLPs, the
+  vision blocks' by default in both engines), the
   vocabulary-parallel embedding and lm_head, and the routed experts (each expert's intermediate split);
   with expert parallelism the routed experts are dealt whole instead, ceil(experts / ranks) a rank;
 - over PP stages: the decoder layers in contiguous runs, the embedding and the vision tower with the
@@ -40,11 +43,14 @@ DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0
 HEADER_LIMIT = 100 * 1024**2  # the format's own bound on a header
 _REPLICATED = re.compile(
     r"(norm\.|norm$|\.q_a_proj\.|\.kv_a_proj_with_mqa\.|\.mlp\.gate\.|e_score_correction_bias|weight_shape$"
-    r"|(^|\.)(d2t|t2d)$|vision_tower\.|mm_projector\.|multi_modal_projector\.)"
+    r"|(^|\.)(d2t|t2d)$|vision_tower\.patch_embed\.|mm_projector\.|multi_modal_projector\.)"
 )
+_VISION = re.compile(r"vision_tower\.|vision_model\.")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|midlayer)\.(\d+)\.|(?:^|\.)midlayer\.")
 _EXPERT = re.compile(r"\.experts\.\d+\.")
-_FIRST = re.compile(r"embed_tokens|vision_tower\.|mm_projector\.|multi_modal_projector\.|(^|\.)fc\.|d2t|t2d")
+_FIRST = re.compile(
+    r"embed_tokens|vision_tower\.|vision_model\.|mm_projector\.|multi_modal_projector\.|(^|\.)fc\.|d2t|t2d"
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class Layout:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     expert_parallel: bool = False  # the routed experts dealt over the TP ranks (vLLM -ep, SGLang --ep-size)
+    encoder_data_parallel: bool = False  # a whole vision encoder on each rank (serving_encoder_tp_mode: data)
 
 
 def parse_header(raw: bytes) -> dict[str, Tensor]:
@@ -132,7 +139,7 @@ def stage_of(name: str, runs: list[range]) -> int | None:
 def shard_bytes(name: str, tensor: Tensor, layout: Layout, experts: int) -> float:
     """The bytes of NAME one GPU keeps under LAYOUT (EXPERTS: the routed experts a layer)."""
     tp = max(layout.tensor_parallel, 1)
-    if _REPLICATED.search(name):
+    if _REPLICATED.search(name) or (layout.encoder_data_parallel and _VISION.search(name)):
         return tensor.nbytes
     if _EXPERT.search(name) and layout.expert_parallel and experts:
         return tensor.nbytes * math.ceil(experts / tp) / experts  # whole experts dealt over the ranks

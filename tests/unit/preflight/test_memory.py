@@ -115,6 +115,10 @@ def test_weights_split_over_tp_and_pp_with_the_replicated_tensors_whole() -> Non
     assert weights.shard_bytes(expert, headers[expert], weights.Layout(3, expert_parallel=True), 16) == (
         headers[expert].nbytes * 6 / 16
     )  # ceil(16 / 3) whole experts a rank
+    block = "vision_tower.encoder.blocks.3.mlp.fc0.weight"
+    assert weights.shard_bytes(block, headers[block], weights.Layout(8), 16) == headers[block].nbytes / 8
+    data = weights.Layout(8, encoder_data_parallel=True)  # serving_encoder_tp_mode: data
+    assert weights.shard_bytes(block, headers[block], data, 16) == headers[block].nbytes
     two = weights.gpu_bytes(headers.items(), target, weights.Layout(pipeline_parallel=2))
     assert whole / 2 < two < whole * 0.55  # the fuller stage: 31 layers and the embedding, vision tower
     assert weights.stages(61, 2) == [range(31), range(31, 61)]
