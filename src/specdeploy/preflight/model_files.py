@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdeploy.errors import SpecdeployError
 from specdeploy.preflight import memory, weights
 
 READ_SCRIPT = r"""
@@ -139,6 +140,10 @@ def fit_for(serving: memory.Serving, target: ModelFiles | None, drafter: ModelFi
 
 
 def local_fit(values: Mapping[str, Any], engine: str, model: Path, drafter: Path | None, gpu_mib: int) -> FitResult:
-    """The fit of a model folder here (config.json and its headers), under an inventory's serving_* VALUES."""
-    serving = memory.Serving.from_vars(values, engine)
+    """The fit of a model folder here (config.json and its headers), under an inventory's serving_* VALUES
+    (as the inventory writes them: a Jinja expression is not rendered here, and is refused)."""
+    try:
+        serving = memory.Serving.from_vars(values, engine)
+    except (TypeError, ValueError) as exc:
+        raise SpecdeployError(f"the inventory's serving values: {exc}", hint="say them as plain values") from exc
     return fit_for(serving, read_local(model), read_local(drafter) if drafter else None, gpu_mib)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.cli import main
+from specdeploy.errors import SpecdeployError
 from specdeploy.preflight import memory, model_files, weights
 from specdeploy_testbed import real_shapes, tiny_configs
 from tests.unit.preflight import kimi_headers
@@ -105,6 +106,8 @@ def test_plan_fit_prints_one_gpus_memory_for_an_inventory(
     assert "REFUSED" in capsys.readouterr().out
     assert main(["plan", "--fit", "--inventory", inventory]) == 2  # no model, no GPU memory: said, no traceback
     assert "plan --fit needs --model" in capsys.readouterr().err
+    with pytest.raises(SpecdeployError, match="serving values"):
+        model_files.local_fit({"serving_tensor_parallel_size": "{{ tp }}"}, "vllm", target, None, 97887)
 
 
 class _Here:
