@@ -128,7 +128,8 @@ bench: setup ## Benchmarks (not tests): a newcomer's first and converged make de
 	$(BIN)/python bench/bench_fleet.py
 
 gpu-truth: setup-runtime ## The engine payload for the lent GPU machine (ENGINE=vllm|sglang) and its device calls (docs/gpu-truth.md)
-	$(BIN)/python gpu_truth/payload.py $(or $(ENGINE),vllm) $(if $(LOADS),--loads $(LOADS))
+	$(BIN)/python gpu_truth/payload.py $(or $(ENGINE),vllm) $(if $(LOADS),--loads $(LOADS)) \
+		$(if $(GATES),--gates $(GATES)) $(if $(BASELINE),--baseline-file $(BASELINE)) $(if $(PLAN_ONLY),--plan-only)
 
 bench-first-deploy: setup ## A first make deploy from a fresh clone, cold (removes the local test bed), then a converged one
 	$(BIN)/python bench/bench_first_deploy.py

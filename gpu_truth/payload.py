@@ -786,7 +786,9 @@ def plan(
     cache_out = "".join(f" --only {sub}" for sub in CARRY_CACHE.get(engine, ()))
     keep_cache = f"; {step} cache-out {engine}{cache_out}" if cache_out and carried_cache["engine"] != engine else ""
     version = f" --engine-version {release}" if release else ""
-    again = bool(keep_cache)  # this machine builds the engine's kernels at its first start
+    # The first start may outrun its call (kernels built there, or a carried cache the engine rejects): a
+    # second up call watches it on to its verdict, at once when it is READY.
+    again = True
     carried = f" --baseline-file {baseline_file}" if baseline_file else ""
     bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
     for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
@@ -832,8 +834,13 @@ def main() -> None:
     parser.add_argument("--gates", default=",".join(t for t, _ in GATE_CALLS), help="the gate calls to plan")
     parser.add_argument("--baseline-file", default="", help="a baseline.json kept in the checkout (speculative calls)")
     parser.add_argument("--loads", default="", help="loaders timed on real files: auto,fastsafetensors,runai_streamer")
+    parser.add_argument("--plan-only", action="store_true", help="the device calls of the payload built before")
     args = parser.parse_args()
-    if args.resplit:
+    if args.plan_only:
+        out = OUT / args.engine
+        if not (out / "manifest.json").is_file():
+            raise SystemExit(f"no payload under {out.relative_to(ROOT)}: make gpu-truth ENGINE={args.engine} first")
+    elif args.resplit:
         out = resplit(OUT / args.engine)
     else:
         out = build(args.engine, args.machine, args.torch, args.release, args.machine_torch)

@@ -168,19 +168,29 @@ def test_the_h200_gate_runs_are_todays_rendering_and_rules(run: str) -> None:
         assert (config if method == "eagle3" else config.speculation_off()).command() == record["rendered_command"]
 
 
-def test_the_h100_full_depth_baseline_is_todays_rendering_and_key_and_its_sweeps_agree() -> None:
-    """The speculation-off baseline of Kimi-K2.5 at full depth (16 experts a layer) on the H100
-    (vLLM 0.33.0, 2026-12-06): what the next session's speculative calls take as --baseline-file. Its
-    command is today's rendering and its key is the one today's gate computes for that form and
-    hardware (a change fails this: the baseline is owed again); every level completed in both sweeps."""
-    run = RUNS / "vllm-0.33-full-depth-h100-gate"
+H100_BASELINES = [("vllm-0.33-full-depth-h100-gate", "vllm", "0.33.0"),
+                  ("sglang-0.5.23-full-depth-h100-gate", "sglang", "0.5.23")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("folder", "engine", "version"), H100_BASELINES)
+def test_the_h100_full_depth_baseline_is_todays_rendering_and_key_and_its_sweeps_agree(
+    folder: str, engine: str, version: str
+) -> None:
+    """The speculation-off baseline of Kimi-K2.5 at full depth (16 experts a layer) on the H100 (vLLM
+    0.33.0, 2026-12-06; SGLang 0.5.23, 2026-12-07): what the next session's speculative calls take as
+    --baseline-file. Its command is today's rendering and its key is the one today's gate computes for
+    that engine, form and hardware (a change fails this: the baseline is owed again); every level
+    completed in both sweeps."""
+    run = RUNS / folder
     base = json.loads((run / "baseline.json").read_text())
     record = json.loads((run / "spec-off-command.json").read_text())
-    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
+    overrides = [f"specdeploy_engine={engine}", *record["overrides"]]  # as `gate ENGINE` sets it
+    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], overrides)
     config = on_device.render(values)
     assert config.speculation_off().command() == record["rendered_command"]
     judge = on_device.benchmark_gate(values, config, base["hardware"])
-    assert on_device.baseline_key(judge, config, record["model_form"], "0.33.0") == base["key"]
+    assert on_device.baseline_key(judge, config, record["model_form"], version) == base["key"]
+    assert json.loads((run / "spec-off-verdict.json").read_text())["status"] == "READY"
     assert record["model_form"] == {"form": "full-depth", "layers": 61, "routed_experts_per_layer": 16}
     first, second = base["sweep"], base["repeats"][0]
     assert [p["concurrency"] for p in first] == [p["concurrency"] for p in second] == [1, 4, 16, 64]

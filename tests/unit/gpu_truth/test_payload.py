@@ -167,13 +167,13 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     for name in ("SHA256SUMS", "part-00", "part-01"):
         (cached / name).write_text("")
     seeded = payload.plan("sglang", out, "0.5.23")
-    assert len(seeded) == 3 + 2 + 2 * len(payload.GATE_CALLS) and "cache-out" not in "".join(seeded)
+    assert len(seeded) == 3 + 2 + 2 * len(payload.GATE_CALLS) + 1 and "cache-out" not in "".join(seeded)
     assert ".gpu-payload/carried-cache/part-00" in seeded[2] and ".gpu-payload/carried-cache/SHA256SUMS" in seeded[2]
     assert ".gpu-payload/carried-cache/part-01" in seeded[3] and "install sglang" in seeded[4]
     assert "carried-cache" not in "".join(payload.plan("vllm", out, "0.5.23"))  # another engine's: not carried
     later = payload.plan("sglang", out, "0.5.23", gates=("acc2.3",), baseline_file="kept/baseline.json")
-    assert len(later) == 3 + 2 + 2 and all("--acceptance 2.3 --baseline-file kept/baseline.json --phase" in c
-                                       for c in later[-2:])  # fmt: skip
+    assert len(later) == 3 + 2 + 3 and all("--acceptance 2.3 --baseline-file kept/baseline.json --phase" in c
+                                       for c in later[-3:])  # fmt: skip
 
 
 def test_the_loads_plan_carries_vmtouch_first_and_times_one_loader_a_call(tmp_path: Path, monkeypatch) -> None:
