@@ -111,3 +111,40 @@ def test_the_p2p_verdict_follows_iommu_pt_from_preflight_to_the_engine_arguments
     report = _engine_report(passthrough.output)
     assert "--disable-custom-all-reduce" not in report and "NCCL_P2P_DISABLE" not in report, report
     assert "IOMMU is in pass-through or off; PCIe peer-to-peer can stay on" in " ".join(report.split()), report
+
+
+def put_folder(container, folder, at: str) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    container.exec_run(["mkdir", "-p", at])
+    assert container.put_archive(at, buf.getvalue())
+
+
+def test_kimi_k25_int4_on_8_rtx_pro_6000_at_its_full_length_is_refused_before_any_load(host_container, tmp_path):
+    """issue 36: the user's model on the user's box. Kimi-K2.5's own config.json and its safetensors headers
+    (all 384 experts a layer, as the checkpoint ships them, header-only files: the read takes the headers
+    and never the weights) on a host whose nvidia-smi is the simulated 8x RTX PRO 6000 Blackwell. At its
+    config's full 262,144 tokens, TP 8 and a bf16 KV cache, one sequence does not fit beside 72 GiB of
+    weights a GPU: preflight refuses it with the figures and the variable, before anything is built or
+    loaded; at 32,768 it passes."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from specdeploy_testbed import kimi_headers  # noqa: PLC0415
+
+    host, container = host_container
+    install_simulated_smi(container, simulated.render_all(8))
+    config = json.loads((Path(__file__).parents[1] / "data" / "kimi_k25" / "config.json").read_text())
+    put_folder(container, kimi_headers.write_form(tmp_path / "kimi", kimi_headers.target(61, 384), config),
+               "/models/kimi-k25")  # fmt: skip
+    user = ("-e", "serving_tensor_parallel_size=8", "-e", "engine_image_profile=vllm-cuda",
+            "-e", "serving_model_path=/models/kimi-k25", "-e", "serving_speculative_method=none")  # fmt: skip
+    refused = preflight(host, *user, "-e", "serving_max_model_len=262144")
+    message = " ".join(refused.output.split())
+    assert refused.returncode != 0, refused.output[-3000:]
+    assert "the model does not fit: serving_max_model_len=262144: the KV cache holds" in message, message[-3000:]
+    assert "lower serving_max_model_len" in message and "PLAY [Build" not in refused.output
+    fits = preflight(host, *user, "-e", "serving_max_model_len=32768")
+    assert fits.returncode == 0, fits.output[-3000:]
+    assert "Refuse a KV cache that cannot hold one serving_max_model_len sequence" in fits.output

@@ -10,14 +10,20 @@ from pathlib import Path
 import pytest
 
 from specdeploy.preflight import fit, memory, weights
-from specdeploy_testbed import real_shapes
-from tests.unit.preflight import kimi_headers
+from specdeploy_testbed import kimi_headers, real_shapes
 
 RUNS = Path(__file__).parents[2] / "data" / "gpu_truth"
 IDS = {"[BOS]": 0, "[EOS]": 1, "[PAD]": 2, "<|media_pad|>": 3}
-# nvidia-smi's totals: the H200's from gpu.csv; the H100's is the one SGLang's own default fraction
-# (0.821, in its log) comes out of with memory_hook.py's rule (81,079 MiB, torch's total, gives 0.820).
-H100_MIB, H200_MIB = 81_559, 143_771
+
+
+def _smi_mib(csv: str) -> int:
+    """nvidia-smi's memory.total of the lent GPU, as recorded (gpu.csv: the H200; gpu-h100.csv: the H100,
+    2026-12-07; also the total SGLang's own default fraction 0.821 comes out of with memory_hook.py's rule)."""
+    row = (RUNS / csv).read_text().splitlines()[1]
+    return int(next(c for c in row.split(",") if c.strip().endswith("MiB")).split()[0])
+
+
+H100_MIB, H200_MIB = _smi_mib("gpu-h100.csv"), _smi_mib("gpu.csv")
 # run, engine, GPU MiB, routed experts of the form, speculation
 RECORDED = [
     ("vllm-0.33-full-depth-h100/spec-off", "vllm", H100_MIB, 16, False),

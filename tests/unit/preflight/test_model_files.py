@@ -12,22 +12,11 @@ import pytest
 from specdeploy.cli import main
 from specdeploy.errors import SpecdeployError
 from specdeploy.preflight import memory, model_files, weights
-from specdeploy_testbed import real_shapes, tiny_configs
-from tests.unit.preflight import kimi_headers
+from specdeploy_testbed import kimi_headers, real_shapes, tiny_configs
 
 IDS = {"[BOS]": 0, "[EOS]": 1, "[PAD]": 2, "<|media_pad|>": 3}
-H100_MIB = 81_559
+H100_MIB = 81_559  # nvidia-smi on the lent H100 (tests/data/gpu_truth/gpu-h100.csv)
 ROOT = Path(__file__).parents[3]
-
-
-def write_form(folder: Path, headers: dict[str, object], config: dict[str, object]) -> Path:
-    """A model folder of config.json and one safetensors file holding the headers alone (no weights)."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    entries = {n: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [0, 0]} for n, t in headers.items()}  # type: ignore[attr-defined]
-    raw = json.dumps(entries).encode()
-    (folder / "model-00001-of-00001.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +25,8 @@ def kimi(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("kimi")
     target = real_shapes.target_config(IDS, layers=61, experts=16)
     drafter = real_shapes.drafter_config(target)
-    return (write_form(root / "target", kimi_headers.target(61, 16), target),
-            write_form(root / "drafter", kimi_headers.drafter(drafter), drafter))  # fmt: skip
+    return (kimi_headers.write_form(root / "target", kimi_headers.target(61, 16), target),
+            kimi_headers.write_form(root / "drafter", kimi_headers.drafter(drafter), drafter))  # fmt: skip
 
 
 def read_on_host(model: Path, drafter: str = "") -> dict[str, model_files.ModelFiles]:
@@ -79,7 +68,7 @@ def test_a_model_not_on_the_host_yet_is_skipped_not_refused(tmp_path: Path, kimi
 
 def test_without_gpus_vllm_on_cpu_has_the_cache_its_variable_sets(tmp_path: Path) -> None:
     target = tiny_configs.target_config()
-    folder = write_form(tmp_path / "tiny", {}, target)
+    folder = kimi_headers.write_form(tmp_path / "tiny", {}, target)
     read = read_on_host(folder)["target"]
     cpu = model_files.cpu_kv_gib({"VLLM_CPU_KVCACHE_SPACE": "1"})
     fits = model_files.fit_for(memory.Serving("vllm", max_model_len=512), read, None, 0, cpu)

@@ -1,4 +1,5 @@
-"""Kimi-K2.5's safetensors headers as the full-depth forms would ship them, for the fit's tests.
+"""Kimi-K2.5's safetensors headers as the full-depth forms would ship them, for the fit's tests (test-bed
+tooling, never shipped): as dicts, or written as model folders of header-only files (no weights).
 
 The text model's tensors are the fixture tests/data/kimi_k25/tensors.json (sources in its README), at
 the form's depth and routed experts (as specdeploy_testbed.real_shapes cuts them). Two parts are not in
@@ -18,7 +19,7 @@ from typing import Any
 
 from specdeploy.preflight.weights import Tensor
 
-TENSORS = json.loads((Path(__file__).parents[2] / "data" / "kimi_k25" / "tensors.json").read_text())
+TENSORS = json.loads((Path(__file__).parents[2] / "tests" / "data" / "kimi_k25" / "tensors.json").read_text())
 
 
 def _kinds(section: str) -> dict[str, Tensor]:
@@ -87,3 +88,14 @@ def drafter(config: dict[str, Any]) -> dict[str, Tensor]:
         "lm_head.weight": bf16(config["draft_vocab_size"], hidden),
         "d2t": Tensor("I64", (config["draft_vocab_size"],)), "t2d": Tensor("BOOL", (config["vocab_size"],)),
     }  # fmt: skip
+
+
+def write_form(folder: Path, headers: dict[str, Tensor], config: dict[str, Any]) -> Path:
+    """A model folder of config.json and one safetensors file holding the headers alone (no weights: what
+    the fit reads on a host is the header, so a folder of a few MB stands for a checkpoint of hundreds of GB)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    entries = {n: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [0, 0]} for n, t in headers.items()}
+    raw = json.dumps(entries).encode()
+    (folder / "model-00001-of-00001.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
+    return folder
