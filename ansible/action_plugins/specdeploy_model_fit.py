@@ -49,7 +49,8 @@ class ActionModule(SpecdeployAction):
         if result.fit is None:
             return {"changed": False, "skipped_fit": True, "msg": result.note}
         found = result.fit.problems()
-        out = {"changed": False, "fit": result.fit.lines(), "note": result.note, "problems": found}
+        out = {"changed": False, "fit": result.fit.lines(), "kv_tokens": result.fit.kv_tokens, "note": result.note,
+               "problems": found}  # fmt: skip
         if found:
             return {**out, "failed": True, "msg": f"the model does not fit: {'; '.join(found)}"}
         return {**out, "msg": "; ".join(result.fit.lines())}

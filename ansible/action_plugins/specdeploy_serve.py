@@ -62,6 +62,12 @@ class ActionModule(SpecdeployAction):
             "default": "",
             "description": "The drafter the image was built from, kept in `current.json` likewise.",
         },
+        "predicted_kv_capacity": {
+            "type": "int",
+            "default": 0,
+            "description": "The KV cache in tokens that preflight predicted before any load (roles/preflight, "
+            "specdeploy.preflight.memory): the engine's own figure is set beside it after READY, with the error.",
+        },
         "router_host": {
             "type": "str",
             "default": "",

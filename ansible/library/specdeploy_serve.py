@@ -67,6 +67,13 @@ options:
       The drafter the image was built from, kept in C(current.json) likewise.
     type: str
     default: ""
+  predicted_kv_capacity:
+    description:
+    - >-
+      The KV cache in tokens that preflight predicted before any load (roles/preflight,
+      specdeploy.preflight.memory): the engine's own figure is set beside it after READY, with the error.
+    type: int
+    default: 0
   router_host:
     description:
     - >-

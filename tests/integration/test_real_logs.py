@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from specdeploy.watch.memory import memory_figures
 from tests.support.corpus import CorpusLog, load, names_true_cause, replay_through_cli
 
 from .helpers import ROOT, free_port
@@ -38,6 +39,8 @@ def test_real_log_replayed_through_the_cli(log: CorpusLog, tmp_path):
         assert result.latency_s is not None and result.latency_s <= STALL_LATENCY_S, result.latency_s
     if log.verdict == "READY":
         assert result.verdict["completion"]["tokens"] == 1
+        # the engine's own memory accounting rides in the verdict (issue 36: set beside the prediction)
+        assert result.verdict["memory"] == memory_figures(log.path.read_text().splitlines()).to_dict()
 
 
 def test_corpus_covers_what_the_issue_asks_for():

@@ -273,7 +273,8 @@ class Deploy:
                                  hint=f"{grace_note}; when {conn.target.host} answers again: make status "
                                       "(what runs there), then make deploy (it resumes the rollout)")  # fmt: skip
             return {"failed": True, "changed": bool(rollout and rollout.began), "msg": str(error)}
-        return {**result(outcome, joined), "prewarm": warm.report.as_dict() if warm.report else None}
+        predicted = int(args.get("predicted_kv_capacity") or 0)
+        return {**result(outcome, joined, predicted), "prewarm": warm.report.as_dict() if warm.report else None}
 
     # ------------------------------------------------------------------ a multi-node group
 

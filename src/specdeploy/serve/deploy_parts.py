@@ -20,19 +20,23 @@ from specdeploy.serve.config import ServingConfig
 from specdeploy.serve.prewarm import Prewarmer
 from specdeploy.serve.rollout import Outcome, Rollout
 from specdeploy.transport import is_transport_error
-from specdeploy.watch import startup
+from specdeploy.watch import memory, startup
 
 Say = Callable[[str], None]
 
 
-def result(outcome: Outcome, joined: bool) -> dict[str, Any]:
-    """The task's result: the outcome, its one-line message, and the start-up table to print."""
+def result(outcome: Outcome, joined: bool, predicted_kv_capacity: int = 0) -> dict[str, Any]:
+    """The task's result: the outcome, its one-line message, the start-up table to print, and the engine's
+    own KV tokens beside what preflight predicted before the load (PREDICTED_KV_TOKENS; 0: none)."""
     failed = outcome.status not in ("deployed", "unchanged", "restarted")
-    message = outcome.message if not outcome.notes else f"{outcome.message} | {' | '.join(outcome.notes)}"
     verdict = outcome.verdict or {}
+    kv = memory.against_prediction(verdict.get("memory") or {}, predicted_kv_capacity)
+    notes = [*outcome.notes, *([f"KV cache: the engine's {kv['engine_tokens']:,} tokens, predicted "
+                                f"{kv['predicted_tokens']:,} ({kv['error_pct']:+.1f} %)"] if kv else [])]  # fmt: skip
+    message = outcome.message if not notes else f"{outcome.message} | {' | '.join(notes)}"
     table = startup.render(verdict["startup"], verdict["status"]) if verdict.get("startup") else []
     return {**asdict(outcome), "changed": outcome.changed or joined, "failed": failed, "msg": message,
-            "joined_router": joined, "startup_table": table}  # fmt: skip
+            "joined_router": joined, "startup_table": table, "kv_cache": kv}  # fmt: skip
 
 
 def serving(outcome: Outcome, args: Mapping[str, Any], api_key_set: bool) -> Serving:

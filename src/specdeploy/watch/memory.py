@@ -18,7 +18,7 @@ first). Each figure is therefore a list in the order the log gives it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,3 +98,13 @@ def memory_figures(lines: Iterable[str]) -> MemoryFigures:
             out.kv_tokens.append(int(_num(m[1])))
             out.kv_gib.append(_num(m[4]) if m[4] else round(_num(m[2]) + _num(m[3]), 2))
     return out
+
+
+def against_prediction(memory: Mapping[str, Any], predicted_tokens: int) -> dict[str, Any] | None:
+    """The engine's own KV tokens (the target's figure, its first) beside what preflight predicted before
+    the load (specdeploy.preflight.memory), and the prediction's error; None when either is missing."""
+    said = (memory.get("kv_tokens") or [0])[0]
+    if not predicted_tokens or not said:
+        return None
+    return {"engine_tokens": int(said), "predicted_tokens": int(predicted_tokens),
+            "error_pct": round((predicted_tokens - said) / said * 100, 1)}  # fmt: skip

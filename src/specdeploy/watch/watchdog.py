@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specdeploy.watch.loglines import grammar, noise_catalogue, noise_match, parse_line
+from specdeploy.watch.memory import memory_figures
 from specdeploy.watch.readiness import NotReady, ReadinessProbe
 from specdeploy.watch.rootcause import RootCause, TracebackCollector
 from specdeploy.watch.sources import SIGKILL_EXIT, Liveness, Source
@@ -81,6 +83,7 @@ class Verdict:
     diagnostics: str = ""
     detected_after_exit_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # the engine's own accounting (watch.memory)
 
     def first_line(self) -> str:
         return f"{self.status} {self.elapsed_s:.1f}s {self.headline}"[:HEADLINE_MAX]
@@ -193,6 +196,7 @@ class Watch:
             stages=stages,
             startup=startup_table(stages, elapsed),
             notes=list(self.notes),
+            memory=memory_figures(self.raw).to_dict(),
             diagnostics=str(self.diag_dir),
             **extra,  # type: ignore[arg-type]
         )

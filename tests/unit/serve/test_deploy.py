@@ -570,3 +570,22 @@ def test_the_role_hands_the_action_its_arguments_and_lists_none_of_the_knobs_it_
     (task,) = serve_tasks(yaml.safe_load((ROOT / "roles/serving/tasks" / tasks).read_text()))
     assert set(task) <= set(spec)
     assert not [v for v in deploy.VARIABLES if v in json.dumps(task)]
+
+
+def test_the_engines_own_kv_tokens_are_set_beside_preflights_prediction_with_the_error(play: Play) -> None:
+    """issue 36: after READY the rollout's result holds the engine's KV figure (the watch reads it from the
+    log: SGLang 0.5.23's "#tokens: 281803" on the H100) beside what preflight predicted before the load."""
+    host = play.hosts["tb-1"]
+    ready = host.watch
+
+    def with_figures(container: str, stall_floor_s: float = 0.0) -> Verdict:
+        verdict = ready(container, stall_floor_s)
+        verdict.memory = {"kv_tokens": [281_803], "kv_gib": [18.44]}
+        return verdict
+
+    host.watch = with_figures  # type: ignore[assignment]
+    out = play.run(args(predicted_kv_capacity=288_585), bench=False)
+    assert out["kv_cache"] == {"engine_tokens": 281_803, "predicted_tokens": 288_585, "error_pct": 2.4}
+    assert out["msg"].endswith("| KV cache: the engine's 281,803 tokens, predicted 288,585 (+2.4 %)")
+    again = play.run(args(), bench=False)  # no prediction (preflight did not run): nothing set beside
+    assert again["kv_cache"] is None and "KV cache" not in again["msg"]

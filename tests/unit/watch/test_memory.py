@@ -38,3 +38,16 @@ def test_the_lines_the_pinned_vllm_adds_are_read() -> None:
 
 def test_a_log_without_the_figures_says_so() -> None:
     assert memory_figures(["INFO starting"]).summary() == "no memory figures in the log"
+
+
+def test_the_verdict_carries_the_engines_figures_and_they_stand_beside_a_prediction() -> None:
+    """SGLang 0.5.23 at Kimi-K2.5's full depth on the H100 (2026-12-07): its log's KV figure, through the
+    watch's verdict, beside the fit preflight predicted for that run (tests/unit/preflight/test_memory.py)."""
+    from specdeploy.watch.memory import against_prediction  # noqa: PLC0415
+
+    lines = (LOGS / "h100-sglang-0.5.23-kimi-k25-full-depth-16e-spec-off-ready.log").read_text().splitlines()
+    found = memory_figures(lines).to_dict()
+    assert found["kv_tokens"] == [281_803] and found["weights_gib"] == [46.0]
+    assert against_prediction(found, 288_585) == {"engine_tokens": 281_803, "predicted_tokens": 288_585,
+                                                  "error_pct": 2.4}  # fmt: skip
+    assert against_prediction(found, 0) is None and against_prediction({}, 288_585) is None
