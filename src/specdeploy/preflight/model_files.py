@@ -107,6 +107,19 @@ def cpu_kv_gib(env: Mapping[str, Any]) -> float | None:
         return None
 
 
+def _cpu_fit_for(serving: memory.Serving, config: Mapping[str, Any], drafter: ModelFiles | None,
+                 cpu_kv: float | None) -> FitResult:  # fmt: skip
+    """vLLM on CPU: the cache VLLM_CPU_KVCACHE_SPACE sets, in tokens of the target's and the drafter's layers."""
+    if cpu_kv is None:
+        return FitResult(None, "no GPUs read and no VLLM_CPU_KVCACHE_SPACE: no fit to check", serving)
+    if serving.speculative and (drafter is None or drafter.config is None):
+        # its layer is in every token's bytes: a fit without it would over-count the tokens
+        return FitResult(None, "the drafter's config.json is not there yet: no fit to check", serving)
+    draft = drafter.config if serving.speculative and drafter is not None else None
+    fitted = memory.cpu_fit(cpu_kv, config, serving.max_model_len, draft)
+    return FitResult(fitted, "the KV cache VLLM_CPU_KVCACHE_SPACE sets (vLLM on CPU)", serving)
+
+
 def fit_for(serving: memory.Serving, target: ModelFiles | None, drafter: ModelFiles | None,
             gpu_mib: int, cpu_kv: float | None = None) -> FitResult:  # fmt: skip
     """The fit on one GPU of GPU_MIB (0: no GPUs read; then vLLM on CPU's CPU_KV GiB), or why none is
@@ -114,9 +127,7 @@ def fit_for(serving: memory.Serving, target: ModelFiles | None, drafter: ModelFi
     if target is None or target.config is None:
         return FitResult(None, "the model's config.json is not there yet: no fit to check")
     if gpu_mib <= 0:
-        fitted = memory.cpu_fit(cpu_kv, target.config, serving.max_model_len) if cpu_kv is not None else None
-        return FitResult(fitted, "the KV cache VLLM_CPU_KVCACHE_SPACE sets (vLLM on CPU)" if fitted else
-                         "no GPUs read and no VLLM_CPU_KVCACHE_SPACE: no fit to check", serving)  # fmt: skip
+        return _cpu_fit_for(serving, target.config, drafter, cpu_kv)
     if target.bad:
         return FitResult(None, f"not safetensors headers: {', '.join(target.bad)}: no fit to check")
     if serving.speculative and (drafter is None or drafter.config is None or not drafter.headers):
