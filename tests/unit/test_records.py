@@ -222,7 +222,8 @@ VERDICT_JSON = r"""{
   "stack_summary": [],
   "diagnostics": ".state/runs/testbed-1/20261201T222059-94342",
   "detected_after_exit_s": null,
-  "notes": []
+  "notes": [],
+  "memory": {}
 }
 """
 
