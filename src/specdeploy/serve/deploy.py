@@ -358,7 +358,9 @@ class Deploy:
                 hint="when every host answers again: make status, then make deploy (it resumes)",
             )
             return {"failed": True, "changed": group.began, "msg": str(error)}
-        return {**result(outcome, joined), "prewarm": None, "ranks": ranks, "data_parallel": group.serves_replicas()}
+        predicted = int(self.args.get("predicted_kv_capacity") or 0)  # rank 0's figure: its log is the verdict's
+        return {**result(outcome, joined, predicted), "prewarm": None, "ranks": ranks,
+                "data_parallel": group.serves_replicas()}  # fmt: skip
 
 
 def run(inventory: Inventory, args: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

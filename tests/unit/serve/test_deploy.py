@@ -589,3 +589,17 @@ def test_the_engines_own_kv_tokens_are_set_beside_preflights_prediction_with_the
     assert out["msg"].endswith("| KV cache: the engine's 281,803 tokens, predicted 288,585 (+2.4 %)")
     again = play.run(args(), bench=False)  # no prediction (preflight did not run): nothing set beside
     assert again["kv_cache"] is None and "KV cache" not in again["msg"]
+
+
+def test_a_groups_kv_figure_is_rank_0s_set_beside_the_prediction(group: Play, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-node group's verdict is rank 0's (its log: the engine's KV figure), set beside preflight's."""
+    ranks = group.watch_group
+
+    def with_figures(*a: Any, **k: Any) -> Verdict:
+        verdict = ranks(*a, **k)
+        verdict.memory = {"kv_tokens": [1_000_000]}
+        return verdict
+
+    monkeypatch.setattr(deploy, "watch_group_on_hosts", with_figures)
+    out = group.run(args(cfg=group.configs["tb-1"], predicted_kv_capacity=950_000), bench=False)
+    assert out["kv_cache"] == {"engine_tokens": 1_000_000, "predicted_tokens": 950_000, "error_pct": -5.0}
