@@ -775,8 +775,8 @@ def plan(
     carried_cache = (json.loads((cached / "manifest.json").read_text()) if (cached / "manifest.json").is_file()
                      else {"engine": None})  # fmt: skip
     if carried_cache["engine"] == engine:  # an earlier machine's cache: its parts travel like the payload's
+        rel_cache = cached.relative_to(ROOT)
         for n, part in enumerate(sorted(p.name for p in cached.glob("part-*"))):
-            rel_cache = cached.relative_to(ROOT)
             carry = [
                 f"{rel_cache}/{part}",
                 *([f"{rel_cache}/SHA256SUMS", f"{rel_cache}/manifest.json"] if n == 0 else []),

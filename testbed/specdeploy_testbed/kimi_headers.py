@@ -1,9 +1,10 @@
 """Kimi-K2.5's safetensors headers as the full-depth forms would ship them, for the fit's tests (test-bed
 tooling, never shipped): as dicts, or written as model folders of header-only files (no weights).
 
-The text model's tensors are the fixture tests/data/kimi_k25/tensors.json (sources in its README), at
-the form's depth and routed experts (as specdeploy_testbed.real_shapes cuts them). Two parts are not in
-the fixture and are written here from the pinned vLLM's modules, so an estimate:
+The text model's tensors are the ones specdeploy_testbed.real_files writes (held to the fixture
+tests/data/kimi_k25/tensors.json, whose README names its sources), at the form's depth and routed experts
+(real_shapes' config). Two parts are not in the fixture and are written here from the pinned vLLM's
+modules, so an estimate:
 - the vision tower and projector (`kimi_k25_vit.py`: 27 MoonViT blocks of width 1152, MLP 4304, a
   learnt 64x64 position grid, a patch-merger projector 4608 -> 4608 -> 7168), all BF16;
 - the EAGLE-3 drafter (`deepseek_eagle3.py`: one MLA decoder layer whose attention reads 2 x hidden,
@@ -18,26 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.preflight.weights import Tensor
+from specdeploy_testbed import real_files, real_shapes
 
-TENSORS = json.loads((Path(__file__).parents[2] / "tests" / "data" / "kimi_k25" / "tensors.json").read_text())
-
-
-def _kinds(section: str) -> dict[str, Tensor]:
-    return {name: Tensor(dtype, tuple(shape)) for name, (dtype, shape) in TENSORS[section].items()}
+# real_shapes' tokenizer ids: the config names them, the tensors do not depend on them
+IDS = {"[BOS]": 0, "[EOS]": 1, "[PAD]": 2, "<|media_pad|>": 3}
 
 
-def target(layers: int = 61, experts: int = 16, dense: int = 1) -> dict[str, Tensor]:
-    out = _kinds("top")
-    for layer in range(layers):
-        at = f"language_model.model.layers.{layer}."
-        out.update({at + n: t for n, t in _kinds("attention").items()})
-        if layer < dense:
-            out.update({at + n: t for n, t in _kinds("dense_mlp").items()})
-            continue
-        for n, t in _kinds("moe").items():  # the router's rows are the routed experts
-            out[at + n] = Tensor(t.dtype, (experts, *t.shape[1:])) if t.shape[0] == 384 else t
-        for e in range(experts):
-            out.update({f"{at}mlp.experts.{e}.{n}": t for n, t in _kinds("expert").items()})
+def target(layers: int = 61, experts: int = 16) -> dict[str, Tensor]:
+    """The full-depth form's tensors (LAYERS decoder layers, EXPERTS routed experts a layer), vision included."""
+    text = real_shapes.target_config(IDS, layers, experts)["text_config"]
+    out = {t.name: Tensor(t.dtype, t.shape) for tensors in real_files.shards(text) for t in tensors}
     return {**out, **vision()}
 
 

@@ -27,7 +27,7 @@ Say = Callable[[str], None]
 
 def result(outcome: Outcome, joined: bool, predicted_kv_capacity: int = 0) -> dict[str, Any]:
     """The task's result: the outcome, its one-line message, the start-up table to print, and the engine's
-    own KV tokens beside what preflight predicted before the load (PREDICTED_KV_TOKENS; 0: none)."""
+    own KV tokens beside what preflight predicted before the load (PREDICTED_KV_CAPACITY, in tokens; 0: none)."""
     failed = outcome.status not in ("deployed", "unchanged", "restarted")
     verdict = outcome.verdict or {}
     kv = memory.against_prediction(verdict.get("memory") or {}, predicted_kv_capacity)
