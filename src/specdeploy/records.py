@@ -42,8 +42,8 @@ VERDICT_FILE, CONTAINER_FILE, PREWARM_FILE, BENCH_FILE = "verdict.json", "contai
 BASELINE_FILE = "baseline.json"  # the speculation-off start-up's sweep: a measurement, not a rollout
 BENCH_SCHEMA = 1
 PERCENTILES = ("p50", "p99")  # of bench.json's ttft_ms and itl_ms
-PHASES = ("warming", "stopping-old", "measuring-baseline", "starting-new", "watching", "benchmarking", "promoting",
-          "rolling-back", "done")  # fmt: skip
+PHASES = ("warming", "stopping-old", "measuring-baseline", "measuring-draft-lengths", "starting-new", "watching",
+          "benchmarking", "promoting", "rolling-back", "done")  # fmt: skip
 HISTORY = 20  # rollout.json keeps the last steps, not all of them
 
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from specdeploy.draft_schedule import SCHEDULE_FLOOR
 from specdeploy.gate import client
 from specdeploy.gate.rules import (
     CALIBRATION_TOKENS,
@@ -61,6 +62,29 @@ def hardware(probe_output: str) -> str:
             count, name = line.split(maxsplit=1)
             gpus.append(f"{count} x {name}")
     return "; ".join([*gpus, f"CPU {cpu or 'unknown'}, {threads or '?'} threads"])
+
+
+def schedule_refusals(schedule: dict[str, Any] | None, speedup: dict[str, float] | None) -> list[str]:
+    """`auto`'s schedule is kept only if it is no slower than speculation off at every measured level
+    (within SCHEDULE_FLOOR: the sweep's noise), and only if every level was measured."""
+    if not schedule or not schedule.get("schedule"):
+        return []
+    if not speedup:
+        return ["the draft schedule auto chose could not be proven: no level was measured against the baseline"]
+    slow = {c: s for c, s in speedup.items() if s < SCHEDULE_FLOOR}
+    if not slow:
+        return []
+    levels = ", ".join(f"x{s:.2f} at {c}" for c, s in sorted(slow.items(), key=lambda cs: int(cs[0])))
+    return [f"the draft schedule auto chose ({schedule.get('said')}) is slower than speculation off ({levels}; "
+            f"the floor is x{SCHEDULE_FLOOR:.2f} at every level)"]  # fmt: skip
+
+
+def schedule_line(schedule: dict[str, Any], speedup: dict[str, float] | None) -> str:
+    """The verdict's words for `auto`: the schedule, and its speed-up at each level."""
+    if not schedule.get("schedule"):
+        return f"Draft schedule: {schedule.get('note')}"
+    figures = ", ".join(f"x{s:.2f} at {c}" for c, s in sorted((speedup or {}).items(), key=lambda cs: int(cs[0])))
+    return f"Draft schedule (auto): {schedule.get('said')}; against speculation off: {figures or 'not measured'}"
 
 
 @dataclass
@@ -194,6 +218,12 @@ class BenchmarkGate:
         return {"sweep": self.sweep(container, tokens), "max_tokens": tokens, "hardware": self.hardware,
                 "time": utc_now()}  # fmt: skip
 
+    def draft_length(self, container: client.ExecContainer, length: int, tokens: int) -> dict[str, Any]:
+        """serving_speculative_schedule: auto: the sweep of the engine drafting LENGTH tokens at every batch
+        size, with the baseline's TOKENS per request (so the two divide)."""
+        return {"length": length, "sweep": self.sweep(container, tokens), "max_tokens": tokens,
+                "hardware": self.hardware, "time": utc_now()}  # fmt: skip
+
     def _speedup(
         self, sweep: list[dict[str, Any]], baseline: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[str]]:
@@ -213,11 +243,12 @@ class BenchmarkGate:
                 "crossover": line}, problems  # fmt: skip
 
     def __call__(self, container: client.ExecContainer, verdict: dict[str, Any], previous_kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None = None,
-                 baseline: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None, *,
+                 schedule: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
         """Measure the READY engine and judge it: against OUTGOING (the version it replaces, measured
         minutes ago under the same load) when that was measured, else against PREVIOUS_KEPT (the last
-        promoted version's record), whose throughput counts only if the host was as busy then."""
+        promoted version's record), whose throughput counts only if the host was as busy then.
+        SCHEDULE (serving_speculative_schedule: auto's choice): proven against BASELINE at every level."""
         start = time.monotonic()
         base = {"schema": BENCH_SCHEMA, "time": utc_now(), "hardware": self.hardware}
         record, note = self._kept(previous_kept)
@@ -240,14 +271,15 @@ class BenchmarkGate:
                          f"serving_bench_budget_s {budget:g} s): raise it to measure decode")  # fmt: skip
             figures = self._run(container, texts, concurrency, tokens)
             ab = comparison == "outgoing"
-            problems = refusals(figures, previous, self.settings, self.speculative, same_minute=ab)
+            drafts = self.speculative and (schedule is None or bool(schedule.get("drafts", True)))
+            problems = refusals(figures, previous, self.settings, drafts, same_minute=ab)
             why = incomparable(figures, previous, loads=not ab) if previous else None
             if why:  # said, not refused: the new version is not to blame for the machine's load
                 note += f"; tokens/s not compared: {why}"
             if self.settings.sweep:  # the baseline's workload, so the two sweeps divide
                 sweep = self.sweep(container, int(baseline.get("max_tokens") or tokens) if baseline else tokens)
                 speedup, slower = self._speedup(sweep, baseline)
-                problems += slower
+                problems += slower + schedule_refusals(schedule, speedup.get("speedup"))
         except client.BenchFailed as exc:
             problems = [f"the benchmark could not run: {exc}"]
         bench = self._client(len(texts), concurrency, tokens)
@@ -260,10 +292,12 @@ class BenchmarkGate:
             message = f"benchmark gate passed: {figures.summary() if figures else ''}; {note}"
         if speedup.get("crossover"):
             message += f". {speedup['crossover']}"
+        if schedule is not None:
+            message += f". {schedule_line(schedule, speedup.get('speedup'))}"
         report = {**base, "figures": figures.to_dict() if figures else None, "sweep": sweep, **speedup,
                   "previous": previous.to_dict() if previous else None, "comparison": comparison,
                   "record": record.to_dict() if record and comparison == "outgoing" else None,
-                  "command": client.describe(bench),
+                  "command": client.describe(bench), **({"schedule": schedule} if schedule is not None else {}),
                   "gate": {"enabled": self.settings.enabled, "passed": passed, "problems": problems,
                            "seconds": seconds, "note": note}}  # fmt: skip
         kept = {"figures": figures.to_dict(), "hardware": self.hardware} if figures else None

@@ -80,6 +80,17 @@ class GateSettings:
                        "serving_bench_baseline: once")  # fmt: skip
         return out
 
+    def auto_schedule_problems(self, measuring: bool) -> list[str]:
+        """serving_speculative_schedule: auto is chosen by this gate: from its sweep, against its baseline.
+        MEASURING: serving_bench (the gate runs at all)."""
+        if not measuring:
+            return ["serving_speculative_schedule: auto is chosen by the benchmark gate: set serving_bench: true"]
+        if not self.sweep or self.baseline != "once":
+            return ["serving_speculative_schedule: auto measures each draft length at every serving_bench_sweep level "
+                    "against the speculation-off baseline: set serving_bench_sweep (e.g. [1, 4, 16]) and "
+                    "serving_bench_baseline: once"]  # fmt: skip
+        return []
+
 
 def output_tokens(settings: GateSettings, prompts: int, tokens_per_s: float, measuring_s: float) -> int:
     """Tokens per request so that PROMPTS requests fit MEASURING_S at the output speed a short run at
@@ -162,6 +173,11 @@ def measured(point: dict[str, Any]) -> bool:
 def failed_levels(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> list[int]:
     """The concurrencies either sweep ran but did not measure (requests failed, or the client did)."""
     return sorted({int(p["concurrency"]) for p in (*sweep, *baseline) if not measured(p)})
+
+
+def sweep_speeds(sweep: list[dict[str, Any]]) -> dict[int, float]:
+    """A sweep's output tokens/s at each level it measured (every request completed)."""
+    return {int(p["concurrency"]): float(p["output_tokens_per_s"]) for p in sweep if measured(p)}
 
 
 def speedups(sweep: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> dict[int, float]:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from specdeploy import names
+from specdeploy import draft_schedule, names
 from specdeploy.engine_image.profiles import DRAFTER_DIR
 from specdeploy.serve import engine_cache, engine_words, loaders, schema, variables
 from specdeploy.serve.knob_fields import KnobFields
@@ -35,6 +35,10 @@ class ServingConfig(KnobFields):
     # The host folder of this image's engine cache (specdeploy.serve.engine_cache), set by the deploy once
     # it knows the image; "" for none. Not in the digest: it follows from the image, which is compared apart.
     cache_dir: str = ""
+    # What serving_speculative_schedule: auto chose (draft_schedule's text), set by the rollout once the gate
+    # has measured each length. Not in the digest: the container is made of the declared `auto`, and a rerun
+    # with the same record chooses the same.
+    resolved_schedule: str = ""
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> ServingConfig:
@@ -78,6 +82,7 @@ class ServingConfig(KnobFields):
                  ("serving_draft_kv_cache_dtype", "KV-cache dtype", self.draft_kv_cache_dtype, True))  # fmt: skip
         out = [f"{variable}={value!r}: {problem}" for variable, kind, value, draft in given
                if value and (problem := engine_words.unknown(engine, kind, value, draft))]  # fmt: skip
+        out += self._schedule_problems()
         if self.speculative_method != "eagle3" and (self.draft_attention_backend or self.draft_kv_cache_dtype):
             out.append(
                 "serving_draft_attention_backend / serving_draft_kv_cache_dtype apply to the drafter: "
@@ -89,6 +94,39 @@ class ServingConfig(KnobFields):
             *schema.owned_env_problems(self.env),
             *schema.unsaid_problems(engine, self),
         ]
+
+    def _schedule_problems(self) -> list[str]:
+        """What vLLM would refuse only once the model is loaded, or do without a word (draft_schedule)."""
+        given, variable = self.speculative_schedule, "serving_speculative_schedule"
+        if not given or draft_schedule.problem(given) or self.engine != "vllm":  # said by the rules
+            return []
+        if self.speculative_method != "eagle3":
+            return [f"{variable}={given!r}: a draft length per batch size needs a drafter; serving_speculative_method "
+                    "is none"]  # fmt: skip
+        if given == draft_schedule.AUTO:
+            return [] if self.nnodes == 1 else [
+                f"{variable}=auto is chosen by the benchmark gate, which does not run on a multi-node group: give "
+                "the ranges yourself"]  # fmt: skip
+        spans = draft_schedule.parse(given)
+        out = [f"{variable}: the range {s.text()} drafts {s.length} tokens, more than serving_num_speculative_tokens "
+               f"({self.num_speculative_tokens}), which vLLM would lower to it without a word; raise that or lower "
+               "this" for s in draft_schedule.above(spans, self.num_speculative_tokens)]  # fmt: skip
+        if draft_schedule.all_off(spans):
+            out.append(f"{variable}={given!r} drafts nothing at any batch size: set serving_speculative_method: none "
+                       "(a length of 0 is not speculation off: vLLM still runs its speculative path, x0.85 at 8 "
+                       "requests on the H200)")  # fmt: skip
+        return out
+
+    @property
+    def draft_spans(self) -> tuple[draft_schedule.Span, ...]:
+        """The ranges the engine runs: the explicit schedule, or what `auto` chose (none: one length)."""
+        auto = self.speculative_schedule == draft_schedule.AUTO
+        return draft_schedule.parse(self.resolved_schedule if auto else self.speculative_schedule)
+
+    @property
+    def drafts(self) -> bool:
+        """Whether the engine runs its drafter: EAGLE-3, unless `auto` chose no drafts at any batch size."""
+        return self.speculative_method == "eagle3" and not draft_schedule.all_off(self.draft_spans)
 
     def _multi_node_problems(self) -> list[str]:
         if self.nnodes == 1:
@@ -155,14 +193,14 @@ class ServingConfig(KnobFields):
                "--pipeline-parallel-size", str(self.pipeline_parallel_size)]  # fmt: skip
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
-        if self.speculative_method == "eagle3":
+        if self.drafts:
             spec: dict[str, Any] = {"method": "eagle3", "model": self.drafter_path,
                                     "num_speculative_tokens": self.num_speculative_tokens,
                                     "draft_tensor_parallel_size": 1}  # fmt: skip
             # The drafter's own backend and KV dtype live in the one speculative config: vLLM keeps
             # only the last --speculative-config, so nothing else may say them.
             for name, said in schema.SPECULATIVE_KEYS:
-                if value := getattr(self, name):
+                if value := self._spans_text() if name == "speculative_schedule" else getattr(self, name):
                     spec[said.key] = said.say(value)
             cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         if self.tool_call_parser:
@@ -172,6 +210,10 @@ class ServingConfig(KnobFields):
         nccl = (str(a) for a in self.nccl.get("vllm_args", []))
         return [*cmd, *self._knob_args(), *self._model_code_args(), *self._loader_args(), *self._multi_node_args(),
                 *nccl, *self.extra_args]  # fmt: skip
+
+    def _spans_text(self) -> str:
+        """The schedule the engine is told ("" while `auto` has chosen nothing yet: one length)."""
+        return ",".join(s.text() for s in self.draft_spans)
 
     def _knob_args(self) -> list[str]:
         """Each knob's flags in the engine's words, in the declaration's order (schema.FLAGS; its values
@@ -270,6 +312,7 @@ class ServingConfig(KnobFields):
         # An input only through the loader's environment: that is what the container is made of.
         del fields["page_cache_warmed"]
         del fields["cache_dir"]
+        del fields["resolved_schedule"]
         found = loaders.loader(self.load_format)
         if found and found.environment(self.page_cache_warmed):
             fields["loader_env"] = found.environment(self.page_cache_warmed)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdeploy import draft_schedule
 from specdeploy.connection import HostConnection
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
@@ -155,7 +156,10 @@ class Deploy:
         ranks, unchecked = self.group()
         problems = cfg.problems()
         if self.args["action"] == "deploy":  # a rollback runs no gate: its settings cannot refuse it
-            problems += GateSettings.from_vars(self.settings.bench).problems()
+            settings = GateSettings.from_vars(self.settings.bench)
+            problems += settings.problems()
+            if cfg.speculative_schedule == draft_schedule.AUTO and cfg.speculative_method == "eagle3":
+                problems += settings.auto_schedule_problems(flag(self.settings.bench.get("enabled", True)))
         problems += group_problems(ranks, cfg.nnodes, unchecked)
         return cfg, ranks, problems
 

@@ -115,12 +115,25 @@ class SaidGate:
                  if measured.get("sweep") else f"benchmark gate: {measured.get('note')}")  # fmt: skip
         return measured
 
+    def draft_length(self, container: Container, length: int, tokens: int) -> dict[str, Any]:
+        levels = ", ".join(str(c) for c in self.gate.settings.sweep)
+        self.say(
+            f"benchmark gate: draft length {length} in {container.name} at {levels} concurrent requests "
+            "(serving_speculative_schedule: auto; once for this configuration, engine version and hardware)"
+        )
+        measured = self.gate.draft_length(container, length, tokens)
+        self.say(f"benchmark gate: draft length {length}: {_sweep_line(measured.get('sweep') or [])}")
+        return measured
+
     def __call__(self, container: Container, verdict: dict[str, Any], kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None, *,
+                 schedule: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
         gate = self.gate
         self.say(f"benchmark gate: {client.name(gate.engine)} in {container.name} (budget "
                  f"{gate.settings.budget_s:.0f} s, on {gate.hardware})")  # fmt: skip
-        result = gate(container, verdict, kept, outgoing, baseline)
+        if schedule and schedule.get("schedule"):
+            self.say(f"benchmark gate: the draft schedule auto chose: {schedule['said']}")
+        result = gate(container, verdict, kept, outgoing, baseline, schedule=schedule)
         if result.report.get("sweep"):
             self.say(f"benchmark gate: sweep {_sweep_line(result.report['sweep'])}")
         self.say(result.message)

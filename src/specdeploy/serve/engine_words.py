@@ -122,3 +122,17 @@ UNREAD_ENV: dict[str, str] = {
     # vLLM 0.33 reads no VLLM_ATTENTION_BACKEND: it warns "Unknown vLLM environment variable" and ignores it.
     "VLLM_ATTENTION_BACKEND": "serving_attention_backend (vLLM 0.33 reads no such variable: --attention-backend)",
 }
+
+
+# Why an engine has no words for a knob, in its own words (schema.unsaid_problems says it with the refusal).
+UNSAID_WHY: dict[tuple[str, str], str] = {
+    # sglang 0.5.23 arg_groups/fields/spec.py: --speculative-adaptive's help, and --speculative-adaptive-config
+    # "Path to a JSON config file for adaptive speculative decoding tuning knobs" (adaptive_spec_params.py:
+    # batch-size slots as lower bounds, rounded up to a captured CUDA-graph batch size, an acceptance EMA
+    # choosing among each slot's candidate steps).
+    ("sglang", "speculative_schedule"): (
+        "SGLang 0.5.23 has no draft length per batch-size range in its flags: --speculative-adaptive "
+        '"dynamically adjusts num_steps based on acceptance rate", from a JSON file of batch-size slots that it '
+        "rounds up to its CUDA-graph batch sizes, which specdeploy does not render"
+    ),
+}

@@ -30,6 +30,8 @@ class KnobFields:
     speculative_method: str = "eagle3"
     # Speculative tokens per step.
     num_speculative_tokens: int = 3
+    # Draft length per batch size: "", auto (measured by the gate), or ranges [[1, 4, 3], [5, 256, 0]].
+    speculative_schedule: str = ""
     # Extra engine arguments.
     extra_args: tuple[str, ...] = ()
     # Extra environment for the engine.

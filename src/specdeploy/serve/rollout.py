@@ -19,9 +19,10 @@ from docker.client import DockerClient
 from docker.errors import APIError
 from docker.models.containers import Container
 
-from specdeploy import names
+from specdeploy import draft_schedule, names
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
+from specdeploy.gate.rules import sweep_speeds
 from specdeploy.proof import Proof
 from specdeploy.records import (
     EngineRef,
@@ -47,6 +48,8 @@ from specdeploy.watch.watchdog import Verdict
 
 # The new image with speculation off, run once for the benchmark's baseline, then removed.
 BASELINE = f"{CONTAINER}-baseline"
+# serving_speculative_schedule: auto: the new image at one draft length, run once per length, then removed.
+DRAFT_LENGTH = f"{CONTAINER}-draft-length"
 REVIVE_STOP_S = 10  # a frozen engine never drains: its stop is a kill after this
 
 Watcher = Callable[[str, float], Verdict]  # container name, the stall timeout's floor (s) -> verdict
@@ -56,10 +59,15 @@ class Gate(Protocol):
     """The benchmark gate (specdeploy.gate.benchmark.BenchmarkGate, as the serve action wraps it)."""
 
     def __call__(self, container: Container, verdict: dict[str, Any], kept: dict[str, Any] | None,
-                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None) -> GateResult:  # fmt: skip
+                 outgoing: dict[str, Any] | None, baseline: dict[str, Any] | None, *,
+                 schedule: dict[str, Any] | None = None) -> GateResult:  # fmt: skip
         """The promotion decision on a READY container, judged against the outgoing version's figures
         when they were measured, else against the last promoted version's kept ones; its sweep
-        divided by BASELINE's, when there is one."""
+        divided by BASELINE's, when there is one. SCHEDULE: what `auto` chose and why, proven at every level."""
+        ...
+
+    def draft_length(self, container: Container, length: int, tokens: int) -> dict[str, Any]:
+        """The sweep of a READY engine drafting LENGTH tokens at every batch size, TOKENS per request."""
         ...
 
     def outgoing(self, container: Container, kept: dict[str, Any] | None) -> dict[str, Any]:
@@ -80,6 +88,11 @@ class Gate(Protocol):
 
 
 T = TypeVar("T")
+
+
+def _draft_length(gate: Gate, length: int, tokens: int) -> Callable[[Container], dict[str, Any]]:
+    """The measurement of one draft length, bound (a loop's lambda would see the last length)."""
+    return lambda container: gate.draft_length(container, length, tokens)
 
 
 @dataclass
@@ -223,9 +236,11 @@ class Rollout:
             self.host.retire(str(current.id))
         self.host.remove(CONTAINER)  # (a leftover of an interrupted run)
         baseline = self._baseline(cfg, image_id)
+        cfg, schedule = self._schedule(cfg, image_id, baseline)
         self.host.step("starting-new")
         new = self.host.create(cfg, image_id)
-        return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing=outgoing, baseline=baseline)
+        return self._prove(str(new.id), image_id, last_ready, warm_report, outgoing=outgoing, baseline=baseline,
+                           schedule=schedule)  # fmt: skip
 
     def _revive(self, current: Container, image_id: str, proof: Proof) -> Outcome:
         """The proven version runs but does not answer (a frozen engine core, a stuck process): the same
@@ -258,34 +273,71 @@ class Rollout:
         if gate is None or not gate.wants_baseline():  # (it wants one only for a speculative engine)
             return None
         off = cfg.speculation_off()
-        labels = self.host.retry(lambda: self.client.images.get(image_id).labels) or {}
-        version = str(labels.get(names.ENGINE_VERSION_LABEL) or image_id)
-        key = gate.baseline_key(cfg.baseline_digest(), version)
+        key = gate.baseline_key(cfg.baseline_digest(), self._engine_version(image_id))
         if key in self.record.baselines:
             return self.record.baselines[key]
         self.host.step("measuring-baseline")
-        self.host.remove(BASELINE)  # (a leftover of an interrupted run)
-        kwargs = {**off.container_kwargs(image_id), "name": BASELINE}
+        kept = self.record.last_ready.bench if self.record.last_ready else None
+        measured, why = self._aside(off, image_id, BASELINE, lambda container: gate.baseline(container, kept))
+        if measured and measured.get("sweep"):
+            self.record.baselines[key] = measured
+            return measured
+        note = (measured or {}).get("note") or f"the speculation-off engine was not READY ({why})"
+        return {"sweep": [], "note": note}
+
+    def _aside(self, cfg: ServingConfig, image_id: str, name: str,
+               measure: Callable[[Container], dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:  # fmt: skip
+        """CFG started as NAME beside the rollout (the old engine stopped, the new not started: one GPU set
+        holds one engine), MEASUREd once READY, then removed; its run folder keeps the measurement
+        (baseline.json: a measurement, not a rollout). (what was measured or None, the verdict's line)."""
+        self.host.remove(name)  # (a leftover of an interrupted run)
+        kwargs = {**cfg.container_kwargs(image_id), "name": name}
         container = self.host.retry(lambda: self.client.containers.create(**kwargs))
         measured: dict[str, Any] | None = None
         verdict: Verdict | None = None
         try:
             verdict = self._bring_up(str(container.id))
             if verdict.status == "READY":
-                kept = self.record.last_ready.bench if self.record.last_ready else None
-                measured = self.host.retry(lambda: gate.baseline(self.client.containers.get(str(container.id)), kept))
+                measured = self.host.retry(lambda: measure(self.client.containers.get(str(container.id))))
         finally:
-            self.host.remove(BASELINE)
-        if verdict is not None and verdict.diagnostics:  # its run folder is a measurement, not a rollout
+            self.host.remove(name)
+        if verdict is not None and verdict.diagnostics:
             write_baseline(Path(verdict.diagnostics), measured or {"sweep": [], "verdict": verdict.first_line()})
-        if measured and measured.get("sweep"):
-            self.record.baselines[key] = measured
-            return measured
-        why = verdict.first_line() if verdict else "not started"
-        return {
-            "sweep": [],
-            "note": (measured or {}).get("note") or f"the speculation-off engine was not READY ({why})",
-        }
+        return measured, verdict.first_line() if verdict else "not started"
+
+    def _schedule(self, cfg: ServingConfig, image_id: str,
+                  baseline: dict[str, Any] | None) -> tuple[ServingConfig, dict[str, Any] | None]:  # fmt: skip
+        """serving_speculative_schedule: auto: each draft length from 1 to serving_num_speculative_tokens
+        swept once (kept in the host's record like the baseline, under its own key), beside the baseline
+        (length 0); the fastest length at each level, each holding up to the next level (draft_schedule.choose).
+        (CFG with the schedule it runs, the choice and the measurements behind it; None: not auto)."""
+        gate = self.gate
+        if gate is None or cfg.speculative_schedule != draft_schedule.AUTO or cfg.speculative_method != "eagle3":
+            return cfg, None
+        if not baseline or not baseline.get("sweep"):
+            note = f"auto: no speculation-off baseline to choose against ({(baseline or {}).get('note')})"
+            return cfg, {"schedule": "", "note": note}
+        tokens = int(baseline["max_tokens"])
+        version = self._engine_version(image_id)
+        speeds, lengths = {0: sweep_speeds(baseline["sweep"])}, {}
+        for length in range(1, cfg.num_speculative_tokens + 1):
+            fixed = replace(cfg, speculative_schedule="", num_speculative_tokens=length)
+            key = gate.baseline_key(f"{fixed.digest()} {image_id} {tokens}", version)
+            measured = self.record.baselines.get(key)
+            if measured is None:
+                self.host.step("measuring-draft-lengths")
+                measured, why = self._aside(fixed, image_id, DRAFT_LENGTH, _draft_length(gate, length, tokens))
+                measured = measured or {"sweep": [], "note": f"draft length {length} was not READY ({why})"}
+                if measured.get("sweep"):
+                    self.record.baselines[key] = measured
+            lengths[str(length)] = measured
+            speeds[length] = sweep_speeds(measured.get("sweep") or [])
+        choice = draft_schedule.chosen(speeds, cfg.max_running_requests or 0)
+        return replace(cfg, resolved_schedule=choice["schedule"]), {**choice, "lengths": lengths, "max_tokens": tokens}
+
+    def _engine_version(self, image_id: str) -> str:
+        labels = self.host.retry(lambda: self.client.images.get(image_id).labels) or {}
+        return str(labels.get(names.ENGINE_VERSION_LABEL) or image_id)
 
     def _measure_outgoing(self, current: Container) -> dict[str, Any] | None:
         """The proven engine about to stop, measured with the gate's workload: the new one is judged
@@ -297,13 +349,14 @@ class Rollout:
         return self.host.retry(lambda: gate.outgoing(self.client.containers.get(container_id), kept))
 
     def _prove(self, new_id: str, image_id: str, previous: str | None, warm_report: str, *,
-               outgoing: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
+               outgoing: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None,
+               schedule: dict[str, Any] | None = None) -> Outcome:  # fmt: skip
         new = self.host.get(new_id)
         assert new is not None
         self.record.new = engine_ref(new)
         self.host.step("watching")
         verdict = self._bring_up(new_id)
-        gate = self._benchmark(new_id, verdict, outgoing, baseline)
+        gate = self._benchmark(new_id, verdict, outgoing, baseline, schedule)
         if verdict.status == "READY" and (gate is None or gate.passed):
             self.host.promote(new_id, gate.kept if gate else None, verdict.startup)
             self.host.remove(OLDER)  # proven: -previous is the version before this one
@@ -326,7 +379,8 @@ class Rollout:
         return outcome
 
     def _benchmark(self, container_id: str, verdict: Verdict, outgoing: dict[str, Any] | None,
-                   baseline: dict[str, Any] | None) -> GateResult | None:  # fmt: skip
+                   baseline: dict[str, Any] | None,
+                   schedule: dict[str, Any] | None = None) -> GateResult | None:  # fmt: skip
         """The gate's decision on a READY engine (None: no gate, or not READY)."""
         if self.gate is None or verdict.status != "READY":
             return None
@@ -335,7 +389,9 @@ class Rollout:
         gate = self.gate
 
         def judge() -> GateResult:
-            return gate(self.client.containers.get(container_id), asdict(verdict), kept, outgoing, baseline)
+            return gate(
+                self.client.containers.get(container_id), asdict(verdict), kept, outgoing, baseline, schedule=schedule
+            )
 
         return self.host.retry(judge)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specdeploy import names
+from specdeploy import draft_schedule, names
 from specdeploy.gpu import p2p
 from specdeploy.serve import engine_words as words
 from specdeploy.serve import loaders
@@ -112,6 +112,18 @@ KNOBS: tuple[Knob, ...] = (
     .add_engine("vllm", rendered_by_config(*words.VLLM_SPECULATIVE_FLAGS, doc="its `num_speculative_tokens`"))
     .add_engine("sglang", rendered_by_config("--speculative-num-steps", "--speculative-num-draft-tokens"))
     .add_engine("sglang", rendered_by_config("--speculative-eagle-topk", note="a chain: top-k 1")),
+    # A length per batch size (specdeploy.draft_schedule). Late: the digest of every existing deployment
+    # stays as it was while it is "".
+    _engine("speculative_schedule", "raw", "",
+            "Draft length per batch size: \"\", auto (measured by the gate), or ranges [[1, 4, 3], [5, 256, 0]].",
+            draft_schedule.problem, late=True, coerce=draft_schedule.canonical, py_type="str",
+            note="Draft tokens per batch size (specdeploy.draft_schedule): \"\" keeps serving_num_speculative_tokens\n"
+                 "at every batch size; explicit inclusive ranges [start, end, length] (0: no drafts there; a gap\n"
+                 "takes the range before it, sizes past the last take the last; lengths at most\n"
+                 "serving_num_speculative_tokens); auto: the gate measures each length from 0 to\n"
+                 "serving_num_speculative_tokens at each serving_bench_sweep level, picks the fastest for each range,\n"
+                 "then proves the schedule against the speculation-off baseline (serving_bench_baseline: once).")
+    .add_engine("vllm", speculative_key("num_speculative_tokens_per_batch_size", draft_schedule.vllm_words)),
     _engine("extra_args", "list", [], "Extra engine arguments.", argument_list),
     _engine("env", "dict", {}, "Extra environment for the engine.", environment),
     _engine("volumes", "dict", {}, "Extra read-only mounts (host path to container path).", volumes,
@@ -408,7 +420,9 @@ def unsaid_problems(engine: str, config: object, knobs: Iterable[Knob] = KNOBS) 
             value = getattr(config, knob.field)
             if value != knob.config_default:
                 others = ", ".join(sorted({e for e, _ in knob.engines}))
-                out.append(f"{knob.variable}={value!r}: {engine} has no such setting (only {others}); leave it unset")
+                why = words.UNSAID_WHY.get((engine, knob.field))
+                out.append(f"{knob.variable}={value!r}: {engine} has no such setting (only {others})"
+                           + (f": {why}" if why else "") + "; leave it unset")  # fmt: skip
     return out
 
 

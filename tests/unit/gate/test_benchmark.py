@@ -237,3 +237,43 @@ def test_sglang_figures_come_from_the_clients_last_line_and_refuse_without_accep
     without = FakeEngineContainer({**line, "completed": 36, "accept_length": None})
     refused = sglang_gate()(without, READY, None)
     assert not refused.passed and "read no acceptance figure from the engine" in refused.message
+
+
+def test_auto_measures_a_draft_length_with_the_baselines_tokens_and_proves_its_schedule_at_every_level():
+    """issue 37: each length's sweep takes the baseline's tokens per request; the chosen schedule is refused
+    when it is below x0.97 of speculation off at any level (not only the expected one), and said when it holds."""
+    container = FakeEngineContainer(REAL)
+    measured = sweep_gate().draft_length(container, 2, 40)
+    assert measured["length"] == 2 and [p["concurrency"] for p in measured["sweep"]] == [1, 4]
+    runs = [c[0] for c in container.calls if "bench" in c[0]]
+    assert {r[r.index("--sharegpt-output-len") + 1] for r in runs} == {"40"}
+    schedule = {"schedule": "1-3:2,4-4:0", "said": "1-3: 2, 4-4: none", "drafts": True}
+    slower_off = {**REAL, "output_throughput": REAL["output_throughput"] / 1.02}
+    baseline = sweep_gate().baseline(FakeEngineContainer(slower_off), None)
+    held = sweep_gate()(FakeEngineContainer(REAL), READY, None, None, baseline, schedule=schedule)
+    assert held.passed and held.report["schedule"] == schedule
+    assert held.message.endswith("Draft schedule (auto): 1-3: 2, 4-4: none; against speculation off: x1.02 at 1, "
+                                 "x1.02 at 4")  # fmt: skip
+    faster_off = {**REAL, "output_throughput": REAL["output_throughput"] * 1.05}
+    baseline = sweep_gate().baseline(FakeEngineContainer(faster_off), None)
+    refused = sweep_gate()(FakeEngineContainer(REAL), READY, None, None, baseline, schedule=schedule)
+    assert not refused.passed
+    said = "the draft schedule auto chose (1-3: 2, 4-4: none) is slower than speculation off (x0.95 at 1, x0.95 at "
+    assert said in refused.message
+    # The same figures with no schedule: said, not refused (no expected concurrency).
+    assert sweep_gate()(FakeEngineContainer(REAL), READY, None, None, baseline).passed
+
+
+def test_auto_that_chose_no_drafts_asks_no_acceptance_figure():
+    no_acceptance = {k: v for k, v in REAL.items() if "accept" not in k and "spec_decode" not in k}
+    baseline = sweep_gate().baseline(FakeEngineContainer(no_acceptance), None)
+    schedule = {"schedule": "1-4:0", "said": "1-4: none", "drafts": False}
+    result = sweep_gate()(FakeEngineContainer(no_acceptance), READY, None, None, baseline, schedule=schedule)
+    assert result.passed, result.message
+    assert not sweep_gate()(FakeEngineContainer(no_acceptance), READY, None, None, baseline).passed
+
+
+def test_auto_needs_the_gate_its_sweep_and_its_baseline():
+    assert GateSettings(sweep=(1, 2), baseline="once").auto_schedule_problems(True) == []
+    assert "set serving_bench: true" in GateSettings().auto_schedule_problems(False)[0]
+    assert "set serving_bench_sweep" in GateSettings(sweep=(1, 2)).auto_schedule_problems(True)[0]

@@ -237,7 +237,8 @@ class FakeGate:
         self.play.log.append(f"measure outgoing {container.image_id}")
         return {"figures": None, "note": "no figures kept"}
 
-    def __call__(self, container: Any, verdict: dict[str, Any], kept: Any, outgoing: Any, baseline: Any) -> GateResult:
+    def __call__(self, container: Any, verdict: dict[str, Any], kept: Any, outgoing: Any, baseline: Any, *,
+                 schedule: Any = None) -> GateResult:  # fmt: skip
         self.play.log.append(f"gate {container.image_id}")
         passed = container.image_id.removeprefix("sha256:") not in self.play.refuses
         message = "benchmark gate passed" if passed else "benchmark gate refused: mean acceptance length fell"

@@ -126,8 +126,16 @@ OWNED_ENV_BEFORE = {
 }
 
 
+# Knobs declared after issue 34 that only add an owner to a flag's refusal (vLLM's --speculative-config):
+# their name is the one difference from the hand-written code, taken out before the comparison.
+LATER_OWNERS = (", serving_speculative_schedule",)
+
+
 def test_every_knob_renders_both_engines_as_the_hand_written_code_did():
     rendered = json.dumps(matrix(), sort_keys=True)
+    for later in LATER_OWNERS:
+        assert later in rendered  # (still there: else this allowance hides nothing and goes)
+        rendered = rendered.replace(later, "")
     assert "sha256:" + hashlib.sha256(rendered.encode()).hexdigest() == MATRIX_BEFORE
     for engine, command in EVERY_BEFORE.items():
         cfg = config(engine, **every(engine))
@@ -137,7 +145,10 @@ def test_every_knob_renders_both_engines_as_the_hand_written_code_did():
 def test_the_owned_flags_are_the_hand_kept_tables_read_from_the_declaration():
     """A knob added since owns its flags too: the tables may grow, never change what they said."""
     for engine, before in OWNED_FLAGS_BEFORE.items():
-        assert {f: schema.OWNED_FLAGS[engine][f] for f in before} == before
+        now = {f: schema.OWNED_FLAGS[engine][f] for f in before}
+        for later in LATER_OWNERS:  # a later knob's name added to a flag's owners, nothing else changed
+            now = {f: owners.replace(later, "") for f, owners in now.items()}
+        assert now == before
     assert {name: schema.OWNED_ENV[name] for name in OWNED_ENV_BEFORE} == OWNED_ENV_BEFORE
 
 

@@ -92,8 +92,9 @@ def test_upgrading_specdeploy_alone_changes_no_digest():
 
     cfg = ServingConfig.from_vars({**BASE, "engine": "vllm", "page_cache_warmed": True})
     # The knobs declared late (schema.Knob.late), the warmed page cache (an input only through the loader)
-    # and the engine cache's folder (it follows from the image, compared apart).
-    late = {k.field for k in schema.KNOBS if k.late} | {"page_cache_warmed", "cache_dir"}
+    # the engine cache's folder (it follows from the image, compared apart) and what auto chose (the
+    # container is made of the declared `auto`).
+    late = {k.field for k in schema.KNOBS if k.late} | {"page_cache_warmed", "cache_dir", "resolved_schedule"}
     assert {"load_format", "kv_cache_dtype", "language_model_only", "multi_node"} <= late
     before = {k: v for k, v in asdict(cfg).items() if k not in late}
     before["api_key"] = None

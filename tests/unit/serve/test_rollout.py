@@ -12,9 +12,9 @@ import requests
 from specdeploy.errors import SpecdeployError
 from specdeploy.gate.benchmark import GateResult
 from specdeploy.records import PHASES
-from specdeploy.serve.config import CONTAINER, ServingConfig
+from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
 from specdeploy.serve.engine_host import FAILED, PREVIOUS
-from specdeploy.serve.rollout import BASELINE, Rollout
+from specdeploy.serve.rollout import BASELINE, DRAFT_LENGTH, Rollout
 
 from ..fakes import FakeDocker, FakeWatch, Interrupted, MemoryStore
 
@@ -32,6 +32,8 @@ class FakeGate:
         self.refuses, self.seen, self.measured, self.baselines = refuses, [], [], []
         self.events: list[str] = []  # shared with the host's router hook: the order things happened in
         self.wants = baseline
+        self.speeds: dict[int, dict[int, float]] = {}  # draft length -> concurrency -> tokens/s
+        self.base = {1: 10.0}  # the baseline's tokens/s at each concurrency
 
     def wants_baseline(self):
         return self.wants
@@ -42,15 +44,23 @@ class FakeGate:
     def baseline(self, container, kept):
         self.baselines.append((container.name, container.image_id, container.status))
         self.events.append(f"baseline {container.name}")
-        return {"sweep": [{"concurrency": 1, "output_tokens_per_s": 10.0}], "max_tokens": 32}
+        return {"sweep": [{"concurrency": c, "output_tokens_per_s": v} for c, v in self.base.items()], "max_tokens": 32}
 
     def outgoing(self, container, kept):
         self.measured.append((container.image_id, container.status, kept))
         self.events.append(f"measured {container.image_id}")
         return {"figures": {"image": container.image_id}}
 
-    def __call__(self, container, verdict, kept, outgoing, baseline):
+    def draft_length(self, container, length, tokens):
+        """serving_speculative_schedule: auto: the speed each length is told to have (self.speeds)."""
+        self.events.append(f"draft length {length} {container.name} {tokens}")
+        row = self.speeds[length]
+        return {"length": length, "max_tokens": tokens,
+                "sweep": [{"concurrency": c, "output_tokens_per_s": s} for c, s in row.items()]}  # fmt: skip
+
+    def __call__(self, container, verdict, kept, outgoing, baseline, *, schedule=None):
         self.seen.append((container.image_id, kept))
+        self.schedules = [*getattr(self, "schedules", []), schedule]
         self.outgoings = [*getattr(self, "outgoings", []), outgoing]
         self.judged_with = [*getattr(self, "judged_with", []), baseline]
         figures = {"acceptance_length": 1.1 if container.image_id in self.refuses else 3.0}
@@ -65,18 +75,21 @@ class Host:
     """One host: its engine, its record, what the watchdog will say of each image, and its gate."""
 
     def __init__(self, tmp_path, outcomes: dict[str, str] | None = None, refuses: set[str] = frozenset(),
-                 baseline: bool = False) -> None:  # fmt: skip
+                 baseline: bool = False, auto: bool = False) -> None:  # fmt: skip
         self.docker, self.store = FakeDocker(), MemoryStore()
+        self.auto = auto  # serving_speculative_schedule: auto (with its baseline)
         self.watch = FakeWatch(self.docker, outcomes or {})
         self.diagnostics = tmp_path
-        self.gate = FakeGate(set(refuses), baseline)
+        self.gate = FakeGate(set(refuses), baseline or auto)
+        self.gate.speeds = {length: {1: 10.0 + length} for length in (1, 2, 3)}
 
     def rollout(self) -> Rollout:
         return Rollout(lambda: self.docker, self.store, self.watch, self.diagnostics, grace_s=5, gate=self.gate,  # type: ignore[arg-type]
                        before_stop=lambda: self.gate.events.append("left the router"))  # fmt: skip
 
     def deploy(self, tag: str):
-        return self.rollout().deploy(config(tag), f"sha256:{tag}", lambda: "warmed")
+        cfg = dataclasses.replace(config(tag), speculative_schedule="auto") if self.auto else config(tag)
+        return self.rollout().deploy(cfg, f"sha256:{tag}", lambda: "warmed")
 
     def serving(self) -> tuple[str, str, str] | None:
         c = self.docker.named(CONTAINER)
@@ -215,6 +228,49 @@ def test_the_baseline_runs_the_new_image_without_speculation_once_between_the_ol
     assert events.index("left the router") < events.index("measured sha256:v1")
 
 
+def test_auto_sweeps_each_draft_length_once_beside_the_baseline_and_starts_the_fastest_per_level(tmp_path):
+    """issue 37: serving_speculative_schedule: auto. Length 0 is the baseline; lengths 1 and 2 are swept in
+    their own containers (with the baseline's tokens per request), kept in the record; the new engine runs
+    the fastest length at each level, its label the declared config's (a rerun is converged)."""
+    host = Host(tmp_path, baseline=True)
+    host.gate.base = {1: 10.0, 4: 32.0}
+    host.gate.speeds = {1: {1: 13.0, 4: 30.0}, 2: {1: 15.0, 4: 25.0}}
+    declared = dataclasses.replace(config("v1"), speculative_schedule="auto", num_speculative_tokens=2)
+    outcome = host.rollout().deploy(declared, "sha256:v1", lambda: "warmed")
+    assert outcome.status == "deployed"
+    assert [e for e in host.gate.events if e.startswith("draft length")] == [
+        f"draft length 1 {DRAFT_LENGTH} 32", f"draft length 2 {DRAFT_LENGTH} 32"]  # fmt: skip
+    assert host.docker.named(DRAFT_LENGTH) is None and "measuring-draft-lengths" in host.store.phases
+    made = {kwargs["name"]: kwargs for kwargs in host.docker.created}
+    for name, length in ((DRAFT_LENGTH, 2),):  # the last length's container: that length at every batch size
+        spec = json.loads(made[name]["command"][made[name]["command"].index("--speculative-config") + 1])
+        assert spec["num_speculative_tokens"] == length and "num_speculative_tokens_per_batch_size" not in spec
+    command = made[CONTAINER]["command"]
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    # 15 > 13 > 10 at 1 request: 2 drafts; 32 (speculation off) > 30 > 25 at 4: none.
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 3, 2], [4, 4, 0]]
+    assert made[CONTAINER]["labels"][CONFIG_LABEL] == declared.digest()
+    chosen = host.gate.schedules[-1]
+    assert chosen["schedule"] == "1-3:2,4-4:0" and chosen["drafts"] and chosen["speeds"]["0"] == {"1": 10.0, "4": 32.0}
+    assert len(host.record().baselines) == 3  # the baseline and each length, each under its own key
+    again = host.rollout().deploy(declared, "sha256:v1", lambda: "warmed")
+    assert again.status == "unchanged"
+    # A new image (a new drafter) measures its lengths again; the speculation-off baseline is kept.
+    host.rollout().deploy(dataclasses.replace(declared, image="v2"), "sha256:v2", lambda: "warmed")
+    assert len(host.gate.baselines) == 1 and len([e for e in host.gate.events if e.startswith("draft")]) == 4
+
+
+def test_auto_where_no_length_pays_runs_no_drafter_at_all(tmp_path):
+    """A 0 entry is not speculation off (docs/engine-facts.md): where 0 wins everywhere, no speculative config."""
+    host = Host(tmp_path, baseline=True)
+    host.gate.speeds = {1: {1: 9.0}}
+    declared = dataclasses.replace(config("v1"), speculative_schedule="auto", num_speculative_tokens=1)
+    assert host.rollout().deploy(declared, "sha256:v1", lambda: "warmed").status == "deployed"
+    command = {kwargs["name"]: kwargs for kwargs in host.docker.created}[CONTAINER]["command"]
+    assert "--speculative-config" not in command
+    assert host.gate.schedules[-1]["drafts"] is False
+
+
 def test_a_failed_version_is_never_the_one_measured_the_restored_proven_one_is(tmp_path):
     host = Host(tmp_path, outcomes={"sha256:bad": "FAILED"})
     host.deploy("v1")
@@ -240,7 +296,7 @@ def test_a_running_but_unproven_engine_is_not_converged(tmp_path):
 
 @pytest.mark.parametrize("phase", RESUMABLE)
 def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
-    host = Host(tmp_path, baseline=phase == "measuring-baseline")
+    host = Host(tmp_path, baseline=phase == "measuring-baseline", auto=phase == "measuring-draft-lengths")
     host.deploy("v1")
     host.store.interrupt_at = phase
     if phase == "rolling-back":
@@ -256,9 +312,11 @@ def test_every_phase_interrupted_then_the_rerun_ends_proven(tmp_path, phase):
 
 @pytest.mark.parametrize("phase", RESUMABLE)
 def test_every_phase_interrupted_with_a_bad_version_restores_the_last_ready(tmp_path, phase):
-    # Bad: FAILED by the watchdog, or READY and refused by its benchmark (the phase after the watch).
-    host = Host(tmp_path, {} if phase == "benchmarking" else {"sha256:bad": "FAILED"}, refuses={"sha256:bad"},
-                baseline=phase == "measuring-baseline")  # fmt: skip
+    # Bad: FAILED by the watchdog, or READY and refused by its benchmark (the phase after the watch; and
+    # auto's lengths: an image that never comes up has no baseline to choose against, so no lengths are swept).
+    refused_only = phase in ("benchmarking", "measuring-draft-lengths")
+    host = Host(tmp_path, {} if refused_only else {"sha256:bad": "FAILED"}, refuses={"sha256:bad"},
+                baseline=phase == "measuring-baseline", auto=phase == "measuring-draft-lengths")  # fmt: skip
     host.deploy("v1")
     host.store.interrupt_at = phase
     with pytest.raises(Interrupted):

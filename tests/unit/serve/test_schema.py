@@ -70,16 +70,17 @@ def test_generate_check_fails_on_drift_and_writing_fixes_it(tmp_path, capsys):
     assert (root / generate.DOCS).read_text() == (ROOT / generate.DOCS).read_text()
 
 
-TYPES = {"int": {"int"}, "int | None": {"int"}, "float | None": {"float"}, "str": {"str", "path"},
+# A raw knob (serving_speculative_schedule: text or a list) is kept as text.
+TYPES = {"int": {"int"}, "int | None": {"int"}, "float | None": {"float"}, "str": {"str", "path", "raw"},
          "str | None": {"str"}, "bool": {"bool"},
          "tuple[str, ...]": {"list"}, "dict[str, str]": {"dict"}, "dict[str, Any]": {"dict"}}  # fmt: skip
 
 
 def test_serving_config_fields_are_the_declarations_knobs():
-    """Every field but the baked-in drafter path and the engine cache's host folder (the deploy's, from the
-    image) is one knob of the declared type, with its default."""
+    """Every field but the baked-in drafter path, the engine cache's host folder (the deploy's, from the
+    image) and the schedule auto chose (the rollout's) is one knob of the declared type, with its default."""
     fields = {f.name: f for f in dataclasses.fields(ServingConfig)}
-    assert set(fields) - {"drafter_path", "cache_dir"} == set(schema.BY_FIELD)
+    assert set(fields) - {"drafter_path", "cache_dir", "resolved_schedule"} == set(schema.BY_FIELD)
     assert len(schema.BY_FIELD) == len([k for k in schema.KNOBS if k.field])  # one knob per field
     required = {name for name, f in fields.items() if f.default is f.default_factory is dataclasses.MISSING}
     assert required == {"engine", "image", "model_path", "served_model_name"}
