@@ -86,3 +86,7 @@ class Bench:
     # Speculation's speed-up over the speculation-off baseline, by concurrency, and the verdict's line.
     speedup: dict[int, float] = field(default_factory=dict)
     crossover: str = ""
+    # serving_speculative_schedule: auto: the schedule chosen, in words, and the speed of each draft length
+    # (0: speculation off) at each concurrency it was chosen from; empty otherwise.
+    schedule: str = ""
+    length_speeds: dict[int, dict[int, float]] = field(default_factory=dict)

@@ -309,7 +309,18 @@ def parse_bench(data: object) -> Bench | Gate:
         comparison=_text(data.get("comparison")),
         speedup=_speedup(data.get("speedup")),
         crossover=_text(data.get("crossover")),
+        **_schedule(data.get("schedule")),
     )
+
+
+def _schedule(value: object) -> dict[str, Any]:
+    """bench.json `schedule` (serving_speculative_schedule: auto): its words and the speeds behind it."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not isinstance(value.get("speeds", {}), dict):
+        raise Malformed("schedule is not an object with speeds")
+    speeds = {int(k): _speedup(row) for k, row in (value.get("speeds") or {}).items() if str(k).isdigit()}
+    return {"schedule": _text(value.get("said") or value.get("note")), "length_speeds": speeds}
 
 
 def _speedup(value: object) -> dict[int, float]:

@@ -118,3 +118,39 @@ def test_a_sweep_against_the_speculation_off_baseline_says_up_to_where_eagle3_pa
     assert report.returncode == 0, report.output
     page = (tmp_path / "report" / "testbed-1.html").read_text()
     assert 'id="plot-speedup"' in page and "EAGLE-3 speed-up by concurrency" in page
+
+
+def test_auto_chooses_a_draft_length_per_batch_size_no_slower_than_speculation_off(testbed_up, docker_client, tmp_path):
+    """Issue 37 on the test bed: the configuration that lost (2 draft tokens: x0.88 at 2 on 2026-12-02) with
+    serving_speculative_schedule: auto. Lengths 1 and 2 are swept beside the baseline, the fastest length per
+    level is started, and the schedule is proven at every level (>= x0.97), kept in bench.json and drawn."""
+    knobs = ('{"serving_bench_sweep": [1, 2, 4], "serving_bench_baseline": "once", '
+             '"serving_speculative_schedule": "auto", "serving_num_speculative_tokens": 2}')  # fmt: skip
+    first = specdeploy("deploy", "-e", knobs, timeout=3600)
+    assert first.returncode == 0, first.output[-6000:]
+    for length in (1, 2):
+        assert f"benchmark gate: draft length {length} in specdeploy-engine-draft-length at 1, 2, 4" in first.output
+    bench = newest_bench()
+    schedule = bench["schedule"]
+    assert set(schedule["speeds"]) == {"0", "1", "2"} and all(len(row) == 3 for row in schedule["speeds"].values())
+    assert set(bench["speedup"]) == {"1", "2", "4"}, bench
+    assert min(bench["speedup"].values()) >= 0.97, (schedule["said"], bench["speedup"])
+    assert f"Draft schedule (auto): {schedule['said']}; against speculation off: " in " ".join(first.output.split())
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    command = on_host(host, "docker", "inspect", "-f", "{{json .Config.Cmd}}", ENGINE)
+    if schedule["drafts"]:
+        ranges = [[int(x) for x in r.replace(":", "-").split("-")] for r in schedule["schedule"].split(",")]
+        assert f'\\"num_speculative_tokens_per_batch_size\\":{json.dumps(ranges, separators=(",", ":"))}' in command
+    else:  # no length paid anywhere: no speculative config at all (a 0 entry is not speculation off)
+        assert "--speculative-config" not in command
+    speeds = "; ".join(f"length {k}: " + ", ".join(f"{v:.1f} at {c}" for c, v in row.items())
+                       for k, row in schedule["speeds"].items())  # fmt: skip
+    figures = ", ".join(f"x{s:.2f} at {c}" for c, s in bench["speedup"].items())
+    record_timing(f"auto schedule {schedule['said']} ({figures}; tok/s {speeds}), the deploy", first.seconds)
+    # The same declaration again: converged (the container is made of `auto`, not of what it chose).
+    again = specdeploy("deploy", "-e", knobs, timeout=1200)
+    assert again.returncode == 0 and "draft length" not in again.output, again.output[-4000:]
+    report = specdeploy("report", "--out", str(tmp_path / "report"), timeout=120)
+    assert report.returncode == 0, report.output
+    page = (tmp_path / "report" / "testbed-1.html").read_text()
+    assert 'id="plot-schedule"' in page and "Draft schedule (auto)" in page

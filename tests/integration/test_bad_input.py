@@ -116,3 +116,16 @@ def test_a_length_beyond_the_models_config_is_refused_before_any_build(testbed_u
     result = specdeploy("deploy", "-e", "serving_max_model_len=99999")
     assert_clear_error(result, "serving_max_model_len=99999: beyond the model's max_position_embeddings (2048")
     assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output
+
+
+def test_a_bad_draft_schedule_or_prompt_file_is_refused_in_the_preflight_play(testbed_up, tmp_path):
+    """issue 37: a schedule vLLM would refuse only once the model is loaded (its first range must start at 1),
+    and a prompts file with a broken line, each refused before any build, naming the variable."""
+    late = specdeploy("deploy", "-e", '{"serving_speculative_schedule": [[2, 8, 1]]}')
+    assert_clear_error(late, "serving_speculative_schedule=[[2, 8, 1]]: must be ranges whose first starts at 1")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "one"}\n{"messages": [{"role": "user"}]}\n')
+    broken = specdeploy("deploy", "-e", f"serving_bench_prompts={prompts}")
+    assert_clear_error(broken, f"serving_bench_prompts='{prompts}': must be empty", "line 2: each message is")
+    for result in (late, broken):
+        assert "PLAY [Build" not in result.output and "TASK [engine_image" not in result.output

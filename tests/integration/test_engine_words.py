@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -243,3 +244,25 @@ def test_the_engine_caches_variables_are_the_pinned_releases_own(vllm_site, sgla
     assert {"SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR"} <= set(engine_cache.VARIABLES["sglang"])
     vllm_env = replace(rendered("vllm"), cache_dir="/c").environment()
     assert vllm_env["VLLM_CACHE_ROOT"] == f"{engine_cache.CACHE_MOUNT}/vllm"
+
+
+def test_a_draft_schedule_is_vllms_own_key_held_to_its_own_rules_and_sglangs_reason_is_its_own(vllm_site, sglang_site):
+    """issue 37: num_speculative_tokens_per_batch_size is a SpeculativeConfig field of (start, end, length) triples;
+    the rules draft_schedule checks before any host are the ones vLLM raises once the model is loaded; SGLang's
+    words for its adaptive steps are the ones the refusal quotes."""
+    command = rendered("vllm", serving_speculative_schedule=[[1, 8, 3], [9, 64, 1], [65, 1024, 0]]).command()
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 64, 1], [65, 1024, 0]]
+    assert set(spec) <= set(engine_words.VLLM_SPECULATIVE_KEYS)
+    speculative = _class(ast.parse((vllm_site / "vllm/config/speculative.py").read_text()), "SpeculativeConfig")
+    (field,) = [n for n in speculative.body if isinstance(n, ast.AnnAssign)
+                and getattr(n.target, "id", "") == "num_speculative_tokens_per_batch_size"]  # fmt: skip
+    assert ast.unparse(field.annotation) == "list[tuple[int, int, int]] | None"
+    rules = (vllm_site / "vllm/v1/spec_decode/dynamic/utils.py").read_text()
+    for said in ("must be positive", "must be >= 0", "must be non-overlapping", "must start at 1", "must not be empty"):
+        assert said in rules, said
+    # The silent clamp to num_speculative_tokens, which draft_schedule refuses instead.
+    assert re.search(r"min\(\s*vllm_num_speculative_tokens,", rules)
+    spec_fields = (sglang_site / "sglang/srt/arg_groups/fields/spec.py").read_text()
+    assert "dynamically adjusts num_steps based on acceptance rate" in spec_fields
+    assert "speculative_adaptive_config" in spec_fields and "per_batch_size" not in spec_fields

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from specdeploy.draft_schedule import SCHEDULE_FLOOR
-from specdeploy.gate import client
+from specdeploy.gate import client, prompt_file
 from specdeploy.gate.rules import (
     CALIBRATION_TOKENS,
     FEWEST_TOKENS,
@@ -126,12 +126,19 @@ class BenchmarkGate:
     api_key: str = field(repr=False)
     hardware: str
     trust_remote_code: bool = False
+    # serving_bench_prompts' requests, read once on the controller; empty: the shipped set.
+    own_prompts: tuple[str, ...] = ()
 
     @classmethod
     def for_engine(cls, settings: GateSettings, cfg: GateTarget, hardware_line: str) -> BenchmarkGate:
         """The gate of CFG's engine: its own client inside its container, on the engine's loopback URL."""
+        own = tuple(prompt_file.read(settings.prompts)) if settings.prompts else ()
         return cls(settings, cfg.engine, cfg.speculative_method == "eagle3", cfg.model_mount, cfg.served_model_name,
-                   cfg.url_inside, cfg.api_key or "", hardware_line, cfg.trust_remote_code)  # fmt: skip
+                   cfg.url_inside, cfg.api_key or "", hardware_line, cfg.trust_remote_code, own)  # fmt: skip
+
+    def texts(self) -> list[str]:
+        """The requests every measurement sends: the operator's (serving_bench_prompts), else the shipped set."""
+        return list(self.own_prompts) or client.prompts()
 
     def _client(self, prompts: int, concurrency: int, tokens: int) -> client.BenchRun:
         limit = client.time_limit(self.settings.budget_s)
@@ -152,7 +159,7 @@ class BenchmarkGate:
         new version is then judged against these figures, an A/B under the same conditions; its
         record stays as history. {"figures": None, "note": why} when it cannot be measured."""
         kept = self._kept(previous_kept)[0]
-        texts = client.prompts()
+        texts = self.texts()
         try:
             concurrency, tokens = self._sizing(container, texts, kept)
             figures = self._run(container, texts, concurrency, tokens)
@@ -186,14 +193,15 @@ class BenchmarkGate:
     def baseline_key(self, config_digest: str, engine_version: str) -> str:
         """The baseline a configuration is judged against: once per configuration (without its drafter),
         engine version, hardware and sweep."""
-        what = json.dumps([config_digest, engine_version, self.hardware, list(self.settings.sweep)])
+        prompts = [prompt_file.digest(list(self.own_prompts))] if self.own_prompts else []  # the shipped: as before
+        what = json.dumps([config_digest, engine_version, self.hardware, list(self.settings.sweep), *prompts])
         return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
 
     def sweep(self, container: client.ExecContainer, tokens: int) -> list[dict[str, Any]]:
         """The engine at each of the settings' concurrencies, TOKENS per request, in whole rounds (as
         many requests as in flight; the prompt set, cycled) that last about SWEEP_LEVEL_S, timed by the
         level before. A level the client cannot finish is kept with its error."""
-        texts, out, round_s = client.prompts(), [], None
+        texts, out, round_s = self.texts(), [], None
         for level in self.settings.sweep:
             rounds = sweep_rounds(level, round_s)
             batch = [texts[i % len(texts)] for i in range(level * rounds)]
@@ -212,7 +220,7 @@ class BenchmarkGate:
         engine's sweep is divided by. Kept in the host's record, measured once."""
         kept = self._kept(previous_kept)[0]
         try:
-            tokens = self._sizing(container, client.prompts(), kept)[1]
+            tokens = self._sizing(container, self.texts(), kept)[1]
         except client.BenchFailed as exc:
             return {"sweep": [], "note": f"the baseline could not be measured: {exc}"}
         return {"sweep": self.sweep(container, tokens), "max_tokens": tokens, "hardware": self.hardware,
@@ -258,7 +266,7 @@ class BenchmarkGate:
             note = "compared with the outgoing version, measured just before it stopped (same workload and hour)"
         elif outgoing and outgoing.get("note"):
             note = f"{outgoing['note']}; {note}"
-        texts = client.prompts()
+        texts = self.texts()
         figures: Figures | None = None
         concurrency, tokens = self.settings.concurrency, CALIBRATION_TOKENS
         sweep: list[dict[str, Any]] = []

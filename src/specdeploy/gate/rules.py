@@ -49,6 +49,7 @@ class GateSettings:
     sweep: tuple[int, ...] = ()  # concurrencies the new engine is also measured at
     baseline: str = "never"  # once: the same sweep with speculation off, measured once per host and kept
     expected_concurrency: int = 0  # > 0: refuse speculation slower than the baseline there
+    prompts: str = ""  # serving_bench_prompts: the operator's JSONL on the controller; "": the shipped set
 
     @classmethod
     def from_vars(cls, values: dict[str, Any]) -> GateSettings:
@@ -62,6 +63,7 @@ class GateSettings:
             sweep=tuple(int(c) for c in values.get("sweep") or ()),
             baseline=str(values.get("baseline", "never")),
             expected_concurrency=int(values.get("expected_concurrency", 0)),
+            prompts=str(values.get("prompts") or ""),
         )
 
     def problems(self) -> list[str]:

@@ -18,6 +18,7 @@ from specdeploy.report.plots import (
     acceptance_plot,
     escape,
     latency_plot,
+    schedule_plot,
     speedup_plot,
     startup_timeline,
     throughput_plot,
@@ -97,7 +98,11 @@ _SERIES_STYLE = {"throughput": ("#2563eb", ""), "ttft-p50": ("#1d4ed8", ""), "tt
                  "itl-p50": ("#c2410c", ""), "itl-p99": ("#fb923c", "5 3"),
                  # The speed-up plot's rollouts, oldest to newest.
                  "run-0": ("#d1d5db", ""), "run-1": ("#9ca3af", ""), "run-2": ("#60a5fa", ""),
-                 "run-3": ("#1d4ed8", "")}  # fmt: skip
+                 "run-3": ("#1d4ed8", ""),
+                 # The draft schedule's plot: each fixed length dashed, the chosen schedule solid.
+                 **{f"length-{k}": (c, "5 3") for k, c in enumerate(("#9ca3af", "#60a5fa", "#a78bfa", "#f472b6",
+                                                                      "#fb923c", "#facc15", "#34d399", "#94a3b8"), 1)},
+                 "schedule": ("#16a34a", "")}  # fmt: skip
 _CSS += "svg .break-even{stroke:#16a34a;stroke-dasharray:4 3}\n"
 _CSS += "".join(
     f"svg .{css} .line{{stroke:{colour}{f';stroke-dasharray:{dash}' if dash else ''}}}"
@@ -247,6 +252,7 @@ def render_host_page(history: HostHistory, now: datetime | None = None) -> str:
         ("Output tokens/s", throughput_plot(history)),
         ("Latency", latency_plot(history)),
         ("Does EAGLE-3 pay?", speedup_plot(history)),
+        ("Draft length by concurrency", schedule_plot(history)),
     ]
     plots = _summary(history) + "".join(f"<figure><h2>{title}</h2>{plot}</figure>" for title, plot in figures)
     shown = f"the last {len(history.rollouts)} of {history.found} rollouts" if history.found else "no rollouts"

@@ -272,3 +272,36 @@ def speedup_plot(history: HostHistory) -> str:
                      cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
         parts.append(el("g", "".join(marks), class_=f"series run-{i}"))
     return _svg(plot_id, f"EAGLE-3 speed-up by concurrency: {runs[-1].bench.crossover}", frame, "".join(parts))  # type: ignore[union-attr]
+
+
+def schedule_plot(history: HostHistory) -> str:
+    """serving_speculative_schedule: auto, the newest choice: each draft length's speed-up over speculation
+    off at each concurrency (what it was chosen from), and the chosen schedule's own, proven after."""
+    plot_id = "plot-schedule"
+    runs = [r for r in history.benchmarked if r.bench and r.bench.length_speeds]
+    if not runs:
+        return _empty_plot(plot_id, "no rollout chose a draft schedule (serving_speculative_schedule: auto)")
+    bench = runs[-1].bench
+    assert bench is not None
+    off = bench.length_speeds.get(0, {})
+    levels = sorted(off)
+    lines = [(f"length {k}", f"length-{k}", {c: row[c] / off[c] for c in levels if c in row and off[c]})
+             for k, row in sorted(bench.length_speeds.items()) if k]  # fmt: skip
+    lines.append(("the schedule", "schedule", {c: s for c, s in bench.speedup.items() if c in off}))
+    top = max([1.25, *(s for _, _, row in lines for s in row.values())])
+    ticks = nice_ticks(top)
+    frame = _Frame(slots=max(len(levels), 1), y_top=ticks[-1])
+    parts = [_axes(frame, ticks, tick_label=lambda t: f"x{t:g}", x_labels=[str(c) for c in levels],
+                   y_label="speed-up over speculation off", x_label="concurrent requests", rotate=False)]  # fmt: skip
+    parts.append(el("line", class_="break-even", x1=float(frame.left), y1=frame.y(1.0), x2=frame.right_edge,
+                    y2=frame.y(1.0)))  # fmt: skip
+    parts.append(_legend(frame, [(css, label) for label, css, _ in lines]))
+    for label, css, row in lines:
+        points = [(levels.index(c), s) for c, s in sorted(row.items())]
+        marks = [
+            el("polyline", class_="line", points=" ".join(f"{frame.x(x):.1f},{frame.y(s):.1f}" for x, s in points))
+        ]
+        marks += [el("circle", el("title", escape(f"{label}: x{s:.2f} at {levels[x]}")), class_="point",
+                     cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
+        parts.append(el("g", "".join(marks), class_=f"series {css}"))
+    return _svg(plot_id, f"Draft schedule (auto), {runs[-1].run_id}: {bench.schedule}", frame, "".join(parts))

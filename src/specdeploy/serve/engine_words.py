@@ -76,6 +76,7 @@ VLLM_SPECULATIVE_FLAGS: tuple[str, ...] = ("--speculative-config", "-sc")
 # The speculative-config keys vLLM's SpeculativeConfig takes that we render.
 VLLM_SPECULATIVE_KEYS: tuple[str, ...] = (
     "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "attention_backend", "kv_cache_dtype",
+    "num_speculative_tokens_per_batch_size",
 )  # fmt: skip
 
 

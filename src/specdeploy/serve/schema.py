@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdeploy import draft_schedule, names
+from specdeploy.gate import prompt_file
 from specdeploy.gpu import p2p
 from specdeploy.serve import engine_words as words
 from specdeploy.serve import loaders
@@ -350,6 +351,12 @@ KNOBS: tuple[Knob, ...] = (
                "version slower than the baseline there."),
     _role("bench_baseline", "str", "never", "never, or once: the speculation-off sweep, measured once and kept.",
           choices=("never", "once")),
+    _role("bench_prompts", "str", "", "A JSONL file of your own prompts (on the controller) for the gate; empty: ours.",
+          prompt_file.problem,
+          note="Your own requests for the gate, its sweep and its baseline (specdeploy.gate.prompt_file): JSON\n"
+               "Lines on the controller, one {\"messages\": [{role, content}, ...]} or {\"prompt\": \"...\"} a line,\n"
+               "at least 4; a chat is sent as its last user message. Acceptance depends on the traffic: the\n"
+               "verdict and the acceptance per position are then your prompts'. Empty: the shipped set."),
     _role("bench_expected_concurrency", "int", 0,
           "Refuse a version slower than the baseline at this concurrency (0: say, refuse nothing).", integer(0, 4096)),
 )  # fmt: skip

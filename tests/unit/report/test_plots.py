@@ -103,3 +103,21 @@ def test_nice_ticks_end_on_a_round_value_above_the_top() -> None:
     assert plots.nice_ticks(447.9) == [0, 100, 200, 300, 400, 500]
     assert plots.nice_ticks(142.6) == [0, 50, 100, 150]
     assert plots.nice_ticks(0.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_the_schedule_plot_draws_each_length_auto_chose_from_and_the_schedule_it_proved(tmp_path: Path) -> None:
+    """issue 37: serving_speculative_schedule: auto's choice, from bench.json's `schedule`."""
+    schedule = {"schedule": "1-1:2,2-4:0", "said": "1-1: 2, 2-4: none", "drafts": True,
+                "speeds": {"0": {"1": 50.0, "2": 100.0, "4": 160.0}, "1": {"1": 55.0, "2": 98.0, "4": 150.0},
+                           "2": {"1": 60.0, "2": 90.0, "4": 140.0}}}  # fmt: skip
+    chose = {**bench(100.0), "speedup": {"1": 1.18, "2": 0.99, "4": 1.0}, "crossover": "c", "schedule": schedule}
+    write_run(tmp_path / HOST, "20261201T100000-2", verdict(), chose)
+    plot = page_of(tmp_path).one("svg", id="plot-schedule")
+    title = "Draft schedule (auto), 20261201T100000-2: 1-1: 2, 2-4: none"
+    assert plot.one("title", id="plot-schedule-title").text() == title
+    tips = {css: [p.tooltip() for p in plot.one("g", cls=f"series {css}").all("circle")]
+            for css in ("length-1", "length-2", "schedule")}  # fmt: skip
+    assert tips == {"length-1": ["length 1: x1.10 at 1", "length 1: x0.98 at 2", "length 1: x0.94 at 4"],
+                    "length-2": ["length 2: x1.20 at 1", "length 2: x0.90 at 2", "length 2: x0.88 at 4"],
+                    "schedule": [f"the schedule: {s}" for s in ("x1.18 at 1", "x0.99 at 2", "x1.00 at 4")]}  # fmt: skip
+    assert "serving_speculative_schedule: auto" in page_of(tmp_path.parent / "none").one(id="plot-schedule").text()

@@ -541,7 +541,7 @@ def test_every_gate_knob_reaches_its_gate_setting() -> None:
                "serving_bench_concurrency": 9, "serving_bench_max_tokens": 99,
                "serving_bench_min_acceptance_length": 1.5, "serving_bench_max_regression": 0.3,
                "serving_bench_sweep": [1, 2], "serving_bench_baseline": "once",
-               "serving_bench_expected_concurrency": 2}  # fmt: skip
+               "serving_bench_expected_concurrency": 2, "serving_bench_prompts": "/srv/prompts.jsonl"}  # fmt: skip
     assert sorted(changed) == sorted(k.variable for k in KNOBS if k.name.startswith("bench"))
     settings = deploy.Settings.from_values(changed)
     assert settings.bench["enabled"] is False
