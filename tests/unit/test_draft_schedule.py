@@ -3,6 +3,8 @@ lookup, and the choice `auto` makes from measured speeds (issue 37)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specdeploy import draft_schedule as ds
@@ -78,6 +80,11 @@ def test_vllm_renders_the_ranges_in_its_speculative_config_and_one_length_withou
     chosen = ServingConfig.from_vars({**BASE, "speculative_schedule": "auto", "resolved_schedule": "1-2:3,3-8:0"})
     assert '"num_speculative_tokens_per_batch_size":[[1,2,3],[3,8,0]]' in " ".join(chosen.command())
     assert chosen.digest() == auto.digest() != config().digest()
+    # One length for every range: said as num_speculative_tokens (no per-batch schedule, which would turn
+    # off vLLM's uniform decode padding and its full CUDA graphs).
+    one = ServingConfig.from_vars({**BASE, "speculative_schedule": "auto", "resolved_schedule": "1-1:2,2-4:2"})
+    spec = json.loads(one.command()[one.command().index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens"] == 2 and "num_speculative_tokens_per_batch_size" not in spec
     off = ServingConfig.from_vars({**BASE, "speculative_schedule": "auto", "resolved_schedule": "1-8:0"})
     assert "--speculative-config" not in off.command() and not off.drafts
 

@@ -195,7 +195,7 @@ class ServingConfig(KnobFields):
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.drafts:
             spec: dict[str, Any] = {"method": "eagle3", "model": self.drafter_path,
-                                    "num_speculative_tokens": self.num_speculative_tokens,
+                                    "num_speculative_tokens": self._draft_length,
                                     "draft_tensor_parallel_size": 1}  # fmt: skip
             # The drafter's own backend and KV dtype live in the one speculative config: vLLM keeps
             # only the last --speculative-config, so nothing else may say them.
@@ -212,8 +212,17 @@ class ServingConfig(KnobFields):
                 *nccl, *self.extra_args]  # fmt: skip
 
     def _spans_text(self) -> str:
-        """The schedule the engine is told ("" while `auto` has chosen nothing yet: one length)."""
-        return ",".join(s.text() for s in self.draft_spans)
+        """The schedule the engine is told: "" for one length everywhere (auto that chose nothing yet, or one
+        length for every range: said as num_speculative_tokens, which keeps vLLM's uniform decode padding and
+        full CUDA graphs, both of which a per-batch-size schedule turns off)."""
+        spans = self.draft_spans
+        return ",".join(s.text() for s in spans) if len({s.length for s in spans}) > 1 else ""
+
+    @property
+    def _draft_length(self) -> int:
+        """num_speculative_tokens as the engine is told it: the one length a schedule gives every range."""
+        lengths = {s.length for s in self.draft_spans}
+        return lengths.pop() if len(lengths) == 1 else self.num_speculative_tokens
 
     def _knob_args(self) -> list[str]:
         """Each knob's flags in the engine's words, in the declaration's order (schema.FLAGS; its values
