@@ -186,3 +186,8 @@ def chosen(speeds: Mapping[int, Mapping[int, float]], most_batch: int) -> dict[s
     spans = choose(speeds, max([most_batch, *levels]))
     return {"schedule": ",".join(s.text() for s in spans), "said": text(spans), "drafts": not all_off(spans),
             "speeds": {str(k): {str(c): v for c, v in row.items()} for k, row in speeds.items()}}  # fmt: skip
+
+
+def drafts_within(spans: Sequence[Span], most: int) -> bool:
+    """Whether some batch size from 1 to MOST drafts (no ranges: one length, which does)."""
+    return not spans or any(length_at(spans, batch) > 0 for batch in range(1, max(most, 1) + 1))

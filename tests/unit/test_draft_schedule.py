@@ -105,3 +105,14 @@ def test_vllm_renders_the_ranges_in_its_speculative_config_and_one_length_withou
 )
 def test_what_the_engine_would_refuse_late_or_do_silently_is_refused_before_any_host(fields, said):
     assert any(said in p for p in config(**fields).problems()), config(**fields).problems()
+
+
+def test_drafts_are_expected_only_where_the_schedule_drafts():
+    """The READY completion (one request) and the gate's run (its concurrency) wait for drafts only where the
+    schedule drafts there: a schedule with no drafts at one request would otherwise never be READY."""
+    late = config(speculative_schedule=[[1, 1, 0], [2, 8, 2]])
+    assert (late.drafts_within(1), late.drafts_within(4)) == (False, True)
+    assert config().drafts_within(1) and not config(speculative_method="none").drafts_within(4)
+    assert not config(speculative_schedule="auto").drafts_within(64)  # not chosen yet: nothing to wait for
+    chosen = ServingConfig.from_vars({**BASE, "speculative_schedule": "auto", "resolved_schedule": "1-2:1,3-8:0"})
+    assert chosen.drafts_within(1) and not ds.drafts_within(ds.parse("1-2:0,3-8:1"), 2)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from specdeploy.draft_schedule import SCHEDULE_FLOOR
+from specdeploy.draft_schedule import AUTO, SCHEDULE_FLOOR, drafts_within, parse
 from specdeploy.gate import client, prompt_file
 from specdeploy.gate.rules import (
     CALIBRATION_TOKENS,
@@ -104,6 +104,9 @@ class GateTarget(Protocol):
     @property
     def speculative_method(self) -> str: ...
     @property
+    def speculative_schedule(self) -> str: ...
+    def drafts_within(self, most: int) -> bool: ...
+    @property
     def served_model_name(self) -> str: ...
     @property
     def api_key(self) -> str | None: ...
@@ -133,7 +136,11 @@ class BenchmarkGate:
     def for_engine(cls, settings: GateSettings, cfg: GateTarget, hardware_line: str) -> BenchmarkGate:
         """The gate of CFG's engine: its own client inside its container, on the engine's loopback URL."""
         own = tuple(prompt_file.read(settings.prompts)) if settings.prompts else ()
-        return cls(settings, cfg.engine, cfg.speculative_method == "eagle3", cfg.model_mount, cfg.served_model_name,
+        # Drafts at the gate's concurrency (an explicit schedule may draft nothing there); auto's choice
+        # is judged when it is known (__call__'s schedule).
+        drafts = cfg.drafts_within(settings.concurrency) or (
+            cfg.speculative_method == "eagle3" and cfg.speculative_schedule == AUTO)  # fmt: skip
+        return cls(settings, cfg.engine, drafts, cfg.model_mount, cfg.served_model_name,
                    cfg.url_inside, cfg.api_key or "", hardware_line, cfg.trust_remote_code, own)  # fmt: skip
 
     def texts(self) -> list[str]:
@@ -279,7 +286,8 @@ class BenchmarkGate:
                          f"serving_bench_budget_s {budget:g} s): raise it to measure decode")  # fmt: skip
             figures = self._run(container, texts, concurrency, tokens)
             ab = comparison == "outgoing"
-            drafts = self.speculative and (schedule is None or bool(schedule.get("drafts", True)))
+            chosen = parse(schedule.get("schedule") or "") if schedule else ()  # (): one length
+            drafts = self.speculative and drafts_within(chosen, concurrency)
             problems = refusals(figures, previous, self.settings, drafts, same_minute=ab)
             why = incomparable(figures, previous, loads=not ab) if previous else None
             if why:  # said, not refused: the new version is not to blame for the machine's load

@@ -123,6 +123,14 @@ class ServingConfig(KnobFields):
         auto = self.speculative_schedule == draft_schedule.AUTO
         return draft_schedule.parse(self.resolved_schedule if auto else self.speculative_schedule)
 
+    def drafts_within(self, most: int) -> bool:
+        """Whether at most MOST requests at once see drafts (the READY completion: 1; the gate's run: its
+        concurrency). `auto` before it has chosen cannot say: False, so nothing waits for drafts there."""
+        if self.speculative_method != "eagle3" or (self.speculative_schedule == draft_schedule.AUTO
+                                                   and not self.resolved_schedule):  # fmt: skip
+            return False
+        return draft_schedule.drafts_within(self.draft_spans, most)
+
     @property
     def drafts(self) -> bool:
         """Whether the engine runs its drafter: EAGLE-3, unless `auto` chose no drafts at any batch size."""

@@ -33,7 +33,7 @@ from specdeploy.serve.knob import UNSET
 from specdeploy.serve.prewarm import prewarmer
 from specdeploy.serve.ranks import problems as group_problems
 from specdeploy.serve.ranks import ranks_of
-from specdeploy.serve.rollout import BASELINE, Gate, Outcome, Rollout, Watcher
+from specdeploy.serve.rollout import BASELINE, DRAFT_LENGTH, Gate, Outcome, Rollout, Watcher
 from specdeploy.serve.schema import BY_VARIABLE, KNOBS
 from specdeploy.transport import is_transport_error, lost_contact
 from specdeploy.watch.remote import watch_container_on_host, watch_group_on_hosts
@@ -214,8 +214,9 @@ class Deploy:
             options = WatchOptions(
                 url=None,
                 model=cfg.served_model_name,
-                # The benchmark's baseline runs the same image with speculation off: no drafts to count.
-                speculative=cfg.speculative_method == "eagle3" and container != BASELINE,
+                # The READY completion is one request: drafts are counted where one request drafts. The
+                # baseline runs with speculation off; auto's draft lengths draft at every batch size.
+                speculative=container == DRAFT_LENGTH or (container != BASELINE and cfg.drafts_within(1)),
                 stall_timeout_s=stall,
                 timeout_s=settings.timeout,
                 api_key=cfg.api_key,
@@ -301,7 +302,7 @@ class Deploy:
             self.say(f"watching the {len(conns)} ranks of {CONTAINER} on {', '.join(h for _, h, _ in conns)} "
                      f"(stall timeout {stall:.0f} s)")  # fmt: skip
             options = WatchOptions(url=None, model=cfg.served_model_name, stall_timeout_s=stall,
-                                   speculative=cfg.speculative_method == "eagle3", timeout_s=settings.timeout,
+                                   speculative=cfg.drafts_within(1), timeout_s=settings.timeout,
                                    api_key=cfg.api_key,
                                    diagnostics=host_runs(self.inventory.host_name), progress=False,
                                    data_parallel_ranks=replicas,

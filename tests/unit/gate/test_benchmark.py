@@ -277,3 +277,14 @@ def test_auto_needs_the_gate_its_sweep_and_its_baseline():
     assert GateSettings(sweep=(1, 2), baseline="once").auto_schedule_problems(True) == []
     assert "set serving_bench: true" in GateSettings().auto_schedule_problems(False)[0]
     assert "set serving_bench_sweep" in GateSettings(sweep=(1, 2)).auto_schedule_problems(True)[0]
+
+
+def test_a_schedule_that_drafts_nothing_at_the_gates_concurrency_asks_no_acceptance():
+    from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
+
+    base = {"engine": "vllm", "image": "i", "model_path": "/m", "served_model_name": "m"}
+    late = ServingConfig.from_vars({**base, "speculative_schedule": [[1, 4, 0], [5, 64, 2]]})
+    assert not BenchmarkGate.for_engine(GateSettings(concurrency=4), late, "h").speculative
+    assert BenchmarkGate.for_engine(GateSettings(concurrency=8), late, "h").speculative
+    auto = ServingConfig.from_vars({**base, "speculative_schedule": "auto"})
+    assert BenchmarkGate.for_engine(GateSettings(concurrency=4), auto, "h").speculative  # judged by its choice
