@@ -160,3 +160,26 @@ def test_auto_chooses_a_draft_length_per_batch_size_no_slower_than_speculation_o
     assert report.returncode == 0, report.output
     page = (tmp_path / "report" / "testbed-1.html").read_text()
     assert 'id="plot-schedule"' in page and "Draft schedule (auto)" in page
+
+
+def test_auto_where_no_length_pays_serves_without_a_drafter_and_is_ready(testbed_up, docker_client):
+    """Issue 37, the other end: a drafter whose proposals are all rejected (the random head) pays at no level, so
+    auto renders no speculative config at all (a 0 entry is not speculation off), and the engine is READY
+    without waiting for drafts it will never make."""
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    on_host(host, "python3", "-c", RANDOM_HEAD, DRAFTER, RANDOM_DRAFTER)
+    knobs = ('{"serving_bench_sweep": [1, 4], "serving_bench_baseline": "once", '
+             '"serving_speculative_schedule": "auto", "serving_num_speculative_tokens": 1, '
+             f'"serving_served_model_name": "auto-random-{time.time_ns()}"}}')  # fmt: skip
+    run = specdeploy("deploy", "-e", knobs, "-e", f"engine_image_drafter_path={RANDOM_DRAFTER}", timeout=3600)
+    assert run.returncode == 0, run.output[-6000:]
+    bench = newest_bench()
+    schedule = bench["schedule"]
+    speeds = schedule["speeds"]
+    record_timing(f"auto with the random-head drafter: {schedule['said']} (tok/s {speeds})", run.seconds)
+    if schedule["drafts"]:  # length 1 paid somewhere after all: said, and the proof held
+        assert min(bench["speedup"].values()) >= 0.97, bench
+        pytest.skip(f"the random head's length 1 paid somewhere on this machine ({speeds}): nothing to show here")
+    assert "no length paid at any level, so no speculative config at all" in " ".join(run.output.split())
+    command = on_host(host, "docker", "inspect", "-f", "{{json .Config.Cmd}}", ENGINE)
+    assert "--speculative-config" not in command and bench["gate"]["passed"]

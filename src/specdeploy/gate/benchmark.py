@@ -67,8 +67,8 @@ def hardware(probe_output: str) -> str:
 def schedule_refusals(schedule: dict[str, Any] | None, speedup: dict[str, float] | None) -> list[str]:
     """`auto`'s schedule is kept only if it is no slower than speculation off at every measured level
     (within SCHEDULE_FLOOR: the sweep's noise), and only if every level was measured."""
-    if not schedule or not schedule.get("schedule"):
-        return []
+    if not schedule or not schedule.get("schedule") or not schedule.get("drafts"):
+        return []  # no drafts anywhere: the engine is the baseline's configuration, compared with itself
     if not speedup:
         return ["the draft schedule auto chose could not be proven: no level was measured against the baseline"]
     slow = {c: s for c, s in speedup.items() if s < SCHEDULE_FLOOR}
@@ -84,6 +84,11 @@ def schedule_line(schedule: dict[str, Any], speedup: dict[str, float] | None) ->
     if not schedule.get("schedule"):
         return f"Draft schedule: {schedule.get('note')}"
     figures = ", ".join(f"x{s:.2f} at {c}" for c, s in sorted((speedup or {}).items(), key=lambda cs: int(cs[0])))
+    if not schedule.get("drafts"):
+        return (
+            f"Draft schedule (auto): {schedule.get('said')}: no length paid at any level, so no speculative "
+            f"config at all (the baseline's configuration; its sweep again: {figures or 'not measured'})"
+        )
     return f"Draft schedule (auto): {schedule.get('said')}; against speculation off: {figures or 'not measured'}"
 
 

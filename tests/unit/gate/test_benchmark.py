@@ -268,8 +268,12 @@ def test_auto_that_chose_no_drafts_asks_no_acceptance_figure():
     no_acceptance = {k: v for k, v in REAL.items() if "accept" not in k and "spec_decode" not in k}
     baseline = sweep_gate().baseline(FakeEngineContainer(no_acceptance), None)
     schedule = {"schedule": "1-4:0", "said": "1-4: none", "drafts": False}
+    faster_off = {**no_acceptance, "output_throughput": no_acceptance["output_throughput"] * 1.05}
+    baseline = sweep_gate().baseline(FakeEngineContainer(faster_off), None)
     result = sweep_gate()(FakeEngineContainer(no_acceptance), READY, None, None, baseline, schedule=schedule)
+    # The baseline's own configuration, measured again: its x0.95 is noise, said and not refused.
     assert result.passed, result.message
+    assert "no length paid at any level, so no speculative config at all" in result.message
     assert not sweep_gate()(FakeEngineContainer(no_acceptance), READY, None, None, baseline).passed
 
 
