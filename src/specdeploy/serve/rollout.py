@@ -332,7 +332,10 @@ class Rollout:
                     self.record.baselines[key] = measured
             lengths[str(length)] = measured
             speeds[length] = sweep_speeds(measured.get("sweep") or [])
-        choice = draft_schedule.chosen(speeds, cfg.max_running_requests or 0)
+        try:
+            choice = draft_schedule.chosen(speeds, cfg.max_running_requests or 0)
+        except ValueError as exc:  # a level nothing measured: the one length, said
+            return cfg, {"schedule": "", "note": f"auto could not choose ({exc})", "lengths": lengths}
         return replace(cfg, resolved_schedule=choice["schedule"]), {**choice, "lengths": lengths, "max_tokens": tokens}
 
     def _engine_version(self, image_id: str) -> str:

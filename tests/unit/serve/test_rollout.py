@@ -271,6 +271,17 @@ def test_auto_where_no_length_pays_runs_no_drafter_at_all(tmp_path):
     assert host.gate.schedules[-1]["drafts"] is False
 
 
+def test_auto_that_cannot_choose_serves_its_one_length_and_says_why(tmp_path):
+    host = Host(tmp_path, baseline=True)
+    host.gate.speeds = {1: {1: 0.0}}  # no level measured (no request completed)
+    declared = dataclasses.replace(config("v1"), speculative_schedule="auto", num_speculative_tokens=1)
+    host.gate.base = {1: 0.0}
+    assert host.rollout().deploy(declared, "sha256:v1", lambda: "warmed").status == "deployed"
+    assert host.gate.schedules[-1]["note"].== "auto could not choose (nothing measured)"
+    command = {kwargs["name"]: kwargs for kwargs in host.docker.created}[CONTAINER]["command"]
+    assert json.loads(command[command.index("--speculative-config") + 1])["num_speculative_tokens"] == 1
+
+
 def test_a_failed_version_is_never_the_one_measured_the_restored_proven_one_is(tmp_path):
     host = Host(tmp_path, outcomes={"sha256:bad": "FAILED"})
     host.deploy("v1")
