@@ -277,7 +277,7 @@ def test_auto_that_cannot_choose_serves_its_one_length_and_says_why(tmp_path):
     declared = dataclasses.replace(config("v1"), speculative_schedule="auto", num_speculative_tokens=1)
     host.gate.base = {1: 0.0}
     assert host.rollout().deploy(declared, "sha256:v1", lambda: "warmed").status == "deployed"
-    assert host.gate.schedules[-1]["note"].== "auto could not choose (nothing measured)"
+    assert host.gate.schedules[-1]["note"] == "auto could not choose (nothing measured)"
     command = {kwargs["name"]: kwargs for kwargs in host.docker.created}[CONTAINER]["command"]
     assert json.loads(command[command.index("--speculative-config") + 1])["num_speculative_tokens"] == 1
 
