@@ -74,8 +74,8 @@ def test_the_rendered_page_has_every_rollout_and_the_three_plots(pages: Path) ->
 def test_a_host_without_benchmarks_shows_the_text_not_empty_plots(pages: Path) -> None:
     page = parse_page(dump_dom(pages / page_name("no-bench-host")))
     assert page.all("svg", cls="plot") == []
-    # Acceptance, throughput, latency, and the speed-up over speculation off.
-    assert [p.text() for p in page.all("p", cls="empty")] == [NO_BENCHMARK] * 4
+    # Acceptance, throughput, latency, the speed-up over speculation off, and auto's draft schedule.
+    assert [p.text() for p in page.all("p", cls="empty")] == [NO_BENCHMARK] * 5
     assert [r.attrs["id"] for r in page.all("tr", cls="rollout")] == ["run-20261201T090000-1"]
 
 

@@ -278,6 +278,8 @@ def schedule_plot(history: HostHistory) -> str:
     """serving_speculative_schedule: auto, the newest choice: each draft length's speed-up over speculation
     off at each concurrency (what it was chosen from), and the chosen schedule's own, proven after."""
     plot_id = "plot-schedule"
+    if not history.benchmarked:
+        return _empty_plot(plot_id, NO_BENCHMARK)
     runs = [r for r in history.benchmarked if r.bench and r.bench.length_speeds]
     if not runs:
         return _empty_plot(plot_id, "no rollout chose a draft schedule (serving_speculative_schedule: auto)")

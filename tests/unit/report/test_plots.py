@@ -72,7 +72,7 @@ def test_a_host_without_benchmarks_says_so_instead_of_empty_plots(tmp_path: Path
         write_run(tmp_path / HOST, "20261201T100000-2", verdict("STALLED"))
     page = page_of(tmp_path)
     assert page.all("svg", cls="plot") == []
-    for plot in ("plot-acceptance", "plot-throughput", "plot-latency", "plot-speedup"):
+    for plot in ("plot-acceptance", "plot-throughput", "plot-latency", "plot-speedup", "plot-schedule"):
         assert page.one("p", id=plot).text() == plots.NO_BENCHMARK
     assert len(page.all("tr", cls="rollout")) == (2 if with_rollouts else 0)
 
@@ -120,4 +120,6 @@ def test_the_schedule_plot_draws_each_length_auto_chose_from_and_the_schedule_it
     assert tips == {"length-1": ["length 1: x1.10 at 1", "length 1: x0.98 at 2", "length 1: x0.94 at 4"],
                     "length-2": ["length 2: x1.20 at 1", "length 2: x0.90 at 2", "length 2: x0.88 at 4"],
                     "schedule": [f"the schedule: {s}" for s in ("x1.18 at 1", "x0.99 at 2", "x1.00 at 4")]}  # fmt: skip
-    assert "serving_speculative_schedule: auto" in page_of(tmp_path.parent / "none").one(id="plot-schedule").text()
+    other = tmp_path / "other"
+    write_run(other / HOST, "20261201T100000-2", verdict(), bench(90.0))  # benchmarked, no schedule
+    assert "serving_speculative_schedule: auto" in page_of(other).one(id="plot-schedule").text()
