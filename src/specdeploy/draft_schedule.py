@@ -128,13 +128,6 @@ def above(spans: Sequence[Span], most: int) -> list[Span]:
     return [s for s in spans if s.length > most]
 
 
-def vllm_value(spans: Sequence[Span]) -> list[list[int]]:
-    """num_speculative_tokens_per_batch_size, in vLLM's words. Never [] (the engine half-enables on it)."""
-    if not spans:
-        raise ValueError("no ranges: leave num_speculative_tokens_per_batch_size out")
-    return [[s.start, s.end, s.length] for s in spans]
-
-
 def choose(speeds: Mapping[int, Mapping[int, float]], most_batch: int) -> tuple[Span, ...]:
     """`auto`: SPEEDS[length][concurrency] (output tokens/s; length 0 is speculation off) -> the fastest
     length at each measured concurrency, each holding from its concurrency up to the next one's (the
@@ -175,8 +168,12 @@ def all_off(spans: Sequence[Span]) -> bool:
 
 
 def vllm_words(value: str) -> list[list[int]]:
-    """The config's text as vLLM's speculative-config key takes it."""
-    return vllm_value(parse(value))
+    """The config's text as num_speculative_tokens_per_batch_size, in vLLM's words. Never [] (the engine
+    half-enables on it)."""
+    spans = parse(value)
+    if not spans:
+        raise ValueError("no ranges: leave num_speculative_tokens_per_batch_size out")
+    return [[s.start, s.end, s.length] for s in spans]
 
 
 def chosen(speeds: Mapping[int, Mapping[int, float]], most_batch: int) -> dict[str, Any]:

@@ -245,6 +245,28 @@ def acceptance_plot(history: HostHistory) -> str:
     return _svg(plot_id, f"Acceptance per draft position, {newest.run_id}", frame, "".join(parts))
 
 
+def _speedup_svg(plot_id: str, title: str, levels: list[int],
+                 lines: Sequence[tuple[str, str, str, dict[int, float]]]) -> str:  # fmt: skip
+    """Speed-ups over speculation off against concurrency, with the break-even line at x1: a line per
+    (tooltip prefix, css class, legend label, {concurrency: speed-up})."""
+    ticks = nice_ticks(max([1.25, *(s for *_, row in lines for s in row.values())]))
+    frame = _Frame(slots=max(len(levels), 1), y_top=ticks[-1])
+    parts = [_axes(frame, ticks, tick_label=lambda t: f"x{t:g}", x_labels=[str(c) for c in levels],
+                   y_label="speed-up over speculation off", x_label="concurrent requests", rotate=False)]  # fmt: skip
+    parts.append(el("line", class_="break-even", x1=float(frame.left), y1=frame.y(1.0), x2=frame.right_edge,
+                    y2=frame.y(1.0)))  # fmt: skip
+    parts.append(_legend(frame, [(css, legend) for _, css, legend, _ in lines]))
+    for who, css, _, row in lines:
+        points = [(levels.index(c), s) for c, s in row.items()]
+        marks = [
+            el("polyline", class_="line", points=" ".join(f"{frame.x(x):.1f},{frame.y(s):.1f}" for x, s in points))
+        ]
+        marks += [el("circle", el("title", escape(f"{who}: x{s:.2f} at {levels[x]}")), class_="point",
+                     cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
+        parts.append(el("g", "".join(marks), class_=f"series {css}"))
+    return _svg(plot_id, title, frame, "".join(parts))
+
+
 def speedup_plot(history: HostHistory) -> str:
     """EAGLE-3's speed-up over speculation off against concurrency: a line per benchmarked rollout
     that has a baseline (the last few), and the break-even line at x1."""
@@ -255,23 +277,8 @@ def speedup_plot(history: HostHistory) -> str:
     if not runs:
         return _empty_plot(plot_id, "no rollout measured a speculation-off baseline (serving_bench_baseline: once)")
     levels = sorted({c for r in runs if r.bench for c in r.bench.speedup})
-    ticks = nice_ticks(max([1.25, *(s for r in runs if r.bench for s in r.bench.speedup.values())]))
-    frame = _Frame(slots=len(levels), y_top=ticks[-1])
-    parts = [_axes(frame, ticks, tick_label=lambda t: f"x{t:g}", x_labels=[str(c) for c in levels],
-                   y_label="speed-up over speculation off", x_label="concurrent requests", rotate=False)]  # fmt: skip
-    parts.append(el("line", class_="break-even", x1=float(frame.left), y1=frame.y(1.0), x2=frame.right_edge,
-                    y2=frame.y(1.0)))  # fmt: skip
-    parts.append(_legend(frame, [(f"run-{i}", r.short_time) for i, r in enumerate(runs)]))
-    for i, run in enumerate(runs):
-        assert run.bench is not None
-        points = [(levels.index(c), s) for c, s in run.bench.speedup.items()]
-        marks = [
-            el("polyline", class_="line", points=" ".join(f"{frame.x(x):.1f},{frame.y(s):.1f}" for x, s in points))
-        ]
-        marks += [el("circle", el("title", escape(f"{run.run_id}: x{s:.2f} at {levels[x]}")), class_="point",
-                     cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
-        parts.append(el("g", "".join(marks), class_=f"series run-{i}"))
-    return _svg(plot_id, f"EAGLE-3 speed-up by concurrency: {runs[-1].bench.crossover}", frame, "".join(parts))  # type: ignore[union-attr]
+    lines = [(r.run_id, f"run-{i}", r.short_time, dict(r.bench.speedup)) for i, r in enumerate(runs) if r.bench]
+    return _speedup_svg(plot_id, f"EAGLE-3 speed-up by concurrency: {runs[-1].bench.crossover}", levels, lines)  # type: ignore[union-attr]
 
 
 def schedule_plot(history: HostHistory) -> str:
@@ -287,23 +294,8 @@ def schedule_plot(history: HostHistory) -> str:
     assert bench is not None
     off = bench.length_speeds.get(0, {})
     levels = sorted(off)
-    lines = [(f"length {k}", f"length-{k}", {c: row[c] / off[c] for c in levels if c in row and off[c]})
+    lines = [(f"length {k}", f"length-{k}", f"length {k}", {c: row[c] / off[c] for c in levels if c in row and off[c]})
              for k, row in sorted(bench.length_speeds.items()) if k]  # fmt: skip
-    lines.append(("the schedule", "schedule", {c: s for c, s in bench.speedup.items() if c in off}))
-    top = max([1.25, *(s for _, _, row in lines for s in row.values())])
-    ticks = nice_ticks(top)
-    frame = _Frame(slots=max(len(levels), 1), y_top=ticks[-1])
-    parts = [_axes(frame, ticks, tick_label=lambda t: f"x{t:g}", x_labels=[str(c) for c in levels],
-                   y_label="speed-up over speculation off", x_label="concurrent requests", rotate=False)]  # fmt: skip
-    parts.append(el("line", class_="break-even", x1=float(frame.left), y1=frame.y(1.0), x2=frame.right_edge,
-                    y2=frame.y(1.0)))  # fmt: skip
-    parts.append(_legend(frame, [(css, label) for label, css, _ in lines]))
-    for label, css, row in lines:
-        points = [(levels.index(c), s) for c, s in sorted(row.items())]
-        marks = [
-            el("polyline", class_="line", points=" ".join(f"{frame.x(x):.1f},{frame.y(s):.1f}" for x, s in points))
-        ]
-        marks += [el("circle", el("title", escape(f"{label}: x{s:.2f} at {levels[x]}")), class_="point",
-                     cx=frame.x(x), cy=frame.y(s), r=4) for x, s in points]  # fmt: skip
-        parts.append(el("g", "".join(marks), class_=f"series {css}"))
-    return _svg(plot_id, f"Draft schedule (auto), {runs[-1].run_id}: {bench.schedule}", frame, "".join(parts))
+    proven = {c: bench.speedup[c] for c in levels if c in bench.speedup}
+    lines.append(("the schedule", "schedule", "the schedule", proven))
+    return _speedup_svg(plot_id, f"Draft schedule (auto), {runs[-1].run_id}: {bench.schedule}", levels, lines)
