@@ -485,16 +485,39 @@ def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[lis
     return watch, {**os.environ, "PATH": f"{site(args.engine)}/bin:{os.environ['PATH']}"}
 
 
+def kernels(config: Any) -> dict[str, list[float]]:
+    """The compiled kernels (`*.so`) in the start's engine cache: relative path -> [bytes, mtime]."""
+    folder = Path(getattr(config, "cache_dir", "") or "/nonexistent")
+    return {str(p.relative_to(folder)): [p.stat().st_size, round(p.stat().st_mtime)]
+            for p in sorted(folder.rglob("*.so")) if p.is_file()} if folder.is_dir() else {}  # fmt: skip
+
+
+def kernels_record(config: Any, out: Path, before: dict[str, list[float]] | None = None) -> None:
+    """OUT/engine-cache-kernels.json: the kernels before the start (BEFORE, kept from the call that started
+    it) and after its verdict, and which it built or rebuilt. So a seeded cache shows whether the engine
+    used it (2026-12-07, H200: a seeded SGLang start still ran nvcc for >240 s, and nothing said on what)."""
+    record = out / "engine-cache-kernels.json"
+    if before is None:
+        before = json.loads(record.read_text())["before"] if record.is_file() else {}
+    after = kernels(config)
+    built = sorted(k for k, v in after.items() if before.get(k) != v)
+    record.write_text(json.dumps({"before": before, "after": after, "built": built}, indent=2))
+    log(f"engine cache: {len(before)} kernels before the start, {len(after)} after; built: "
+        + (", ".join(Path(k).stem for k in built) or "none"))
+
+
 def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
     """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
     a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
     watch, watch_env = watch_command(config, args, out)
+    before = kernels(config)
     started = time.monotonic()
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     log(f"watch exit {watched.returncode}: {verdict_line}")
     print(watched.stdout[-4000:])
     memory(out)
+    kernels_record(config, out, before)
     return watched.returncode, verdict_line, round(time.monotonic() - started, 1)
 
 
@@ -738,6 +761,7 @@ def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, 
     seconds = round(float(before["seconds"]) + time.monotonic() - begun, 1)
     log(f"watch exit {watched.returncode}: {verdict_line} ({seconds} s since the start, over the calls)")
     memory(up)
+    kernels_record(config, up)
     return watched.returncode, verdict_line, seconds
 
 

@@ -471,3 +471,25 @@ def test_a_start_still_making_progress_at_the_calls_end_is_watched_on_by_the_nex
     assert machine.started == []  # no second engine
     on_device.stop(keep_starting=True)
     assert stopped == ["stop"]  # nothing starting any more: a leftover is stopped
+
+
+def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: Path, monkeypatch) -> None:
+    """A seeded engine cache shows whether the engine used it: a kernel already there before the start and
+    unchanged is not "built"; a new one, or one rewritten, is."""
+    cache = tmp_path / "cache"
+    kept = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_kept" / "build-1" / "kept.so"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"x" * 10)
+    config = types.SimpleNamespace(cache_dir=str(cache))
+    before = on_device.kernels(config)
+    monkeypatch.setattr(on_device, "log", lambda line: None)
+    new = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_moe_wna16_marlin" / "build-2" / "marlin.so"
+    new.parent.mkdir(parents=True)
+    new.write_bytes(b"y" * 20)
+    on_device.kernels_record(config, tmp_path, before)
+    record = json.loads((tmp_path / "engine-cache-kernels.json").read_text())
+    assert list(record["before"]) == ["sglang-jit/sm90a/sgl_kernel_jit_kept/build-1/kept.so"]
+    assert record["built"] == ["sglang-jit/sm90a/sgl_kernel_jit_moe_wna16_marlin/build-2/marlin.so"]
+    # A later call (the watch resumed on the same start) keeps the first call's "before".
+    on_device.kernels_record(config, tmp_path)
+    assert json.loads((tmp_path / "engine-cache-kernels.json").read_text())["before"] == record["before"]
