@@ -502,8 +502,10 @@ def kernels_record(config: Any, out: Path, before: dict[str, list[float]] | None
     after = kernels(config)
     built = sorted(k for k, v in after.items() if before.get(k) != v)
     record.write_text(json.dumps({"before": before, "after": after, "built": built}, indent=2))
-    log(f"engine cache: {len(before)} kernels before the start, {len(after)} after; built: "
-        + (", ".join(Path(k).stem for k in built) or "none"))
+    log(
+        f"engine cache: {len(before)} kernels before the start, {len(after)} after; built: "
+        + (", ".join(Path(k).stem for k in built) or "none")
+    )
 
 
 def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
