@@ -593,6 +593,22 @@ def trim(path: Path, members: tuple[str, ...]) -> int:
     return before - path.stat().st_size
 
 
+def payload_tar(wheels: Path) -> bytes:
+    """The wheels as one tar whose bytes depend on the wheels alone: its sha256 keys the GPU machine's
+    engine cache (`on_device.py`), so a payload rebuilt from the same wheels must keep it (a tar with the
+    download's mtimes and owner made a new key, and a cold cache, for every rebuild: 2026-12-07)."""
+
+    def reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", 0o644
+        return info
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for whl in sorted(wheels.iterdir()):
+            tar.add(whl, arcname=f"wheels/{whl.name}", filter=reproducible)
+    return buffer.getvalue()
+
+
 def pinned_release(engine: str) -> str:
     """The release pins.yaml deploys on CUDA (engines.<engine>_cuda)."""
     return str(PINS["engines"][f"{engine}_cuda"])
@@ -706,12 +722,7 @@ def build(engine: str, machine_file: Path, torch_version: str | None, release: s
             if name in recipe.trim:
                 members, reason = recipe.trim[name]
                 trimmed[path.name] = {"members": list(members), "saved_bytes": trim(path, members), "why": reason}
-    tar_path = out / "payload.tar"
-    with tarfile.open(tar_path, "w") as tar:
-        for whl in sorted(wheels.iterdir()):
-            tar.add(whl, arcname=f"wheels/{whl.name}")
-    data = tar_path.read_bytes()
-    tar_path.unlink()
+    data = payload_tar(wheels)
     parts = write_parts(out, data)
     debs = fetch_debs(recipe.debs, OUT / "tools")
     manifest = {

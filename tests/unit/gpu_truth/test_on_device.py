@@ -199,22 +199,31 @@ def test_the_h100_full_depth_baseline_is_todays_rendering_and_key_and_its_sweeps
         assert abs(a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) < 0.05, (a, b)
 
 
-@pytest.mark.parametrize(("tag", "acceptance"), [("acc2.3", 2.3), ("acc1.6", 1.6)])
+# (folder, engine, tag, acceptance, the levels where EAGLE-3 paid in both runs)
+H100_GATES = [("vllm-0.33-full-depth-h100-gate", "vllm", "acc2.3", 2.3, [1, 4, 16]),
+              ("vllm-0.33-full-depth-h100-gate", "vllm", "acc1.6", 1.6, [1, 4, 16]),
+              ("sglang-0.5.23-full-depth-h100-gate", "sglang", "acc2.3", 2.3, [1, 4, 16, 64])]  # fmt: skip
+# How each harness sets the acceptance (a test-only setting named in command.json)
+SET_ACCEPTANCE = {"vllm": "synthetic_acceptance_length", "sglang": "SGLANG_SIMULATE_ACC_LEN"}
+
+
+@pytest.mark.parametrize(("folder", "engine", "tag", "acceptance", "pays"), H100_GATES)
 def test_the_h100_full_depth_gate_is_todays_rendering_rules_and_baseline_and_its_repeats_agree(
-    tag: str, acceptance: float
+    folder: str, engine: str, tag: str, acceptance: float, pays: list[int]
 ) -> None:
     """The gate at full depth (16 experts a layer) on the H100 at a set acceptance (vLLM 0.33.0,
-    2026-12-06): each speculative run was judged against the kept baseline (its key), its speed-ups and
-    crossover are what today's rules make of the recorded sweeps, its command is today's rendering, the
-    acceptance measured is the one set, and the two sweeps of the same engine name the same crossover
-    (issue 40: both runs must agree)."""
-    run = RUNS / "vllm-0.33-full-depth-h100-gate"
+    2026-12-06; SGLang 0.5.23, 2026-12-07): each speculative run was judged against the kept baseline (its
+    key), its speed-ups and crossover are what today's rules make of the recorded sweeps, its command is
+    today's rendering, the acceptance measured is the one set, and the two sweeps of the same engine name
+    the same crossover (issue 40: both runs must agree)."""
+    run = RUNS / folder
     base = json.loads((run / "baseline.json").read_text())
     bench = json.loads((run / f"{tag}-bench.json").read_text())
     record = json.loads((run / f"{tag}-command.json").read_text())
-    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], record["overrides"])
+    overrides = [f"specdeploy_engine={engine}", *record["overrides"]]  # as `gate ENGINE` sets it
+    values = on_device.inventory_vars(RUNS.parents[2] / record["inventory"], overrides)
     assert on_device.render(values).command() == record["rendered_command"]
-    assert record["test_only"]["synthetic_acceptance_length"] == acceptance
+    assert record["test_only"][SET_ACCEPTANCE[engine]] == acceptance
     assert bench["baseline"]["key"] == base["key"] and bench["baseline"]["sweep"] == base["sweep"]
     assert bench["hardware"] == base["hardware"] and "H100" in bench["hardware"]
     assert bench["gate"]["passed"] and abs(bench["figures"]["acceptance_length"] - acceptance) < 0.05
@@ -229,7 +238,7 @@ def test_the_h100_full_depth_gate_is_todays_rendering_rules_and_baseline_and_its
         speedup = rules.speedups(sweep, baseline)
         assert {str(c): s for c, s in speedup.items()} == kept and line == rules.crossover(speedup)
         lines.append([c for c, s in sorted(speedup.items()) if s >= 1.0])
-    assert lines[0] == lines[1] == [1, 4, 16], lines  # the same crossover in both runs: pays up to 16
+    assert lines[0] == lines[1] == pays, lines  # the same crossover in both runs
 
 
 def test_the_sglang_full_depth_runs_are_todays_rendering_and_say_what_they_proved() -> None:

@@ -4,6 +4,7 @@ conflict, what is carried, the trim; and the rendering the H200 runs served with
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -101,6 +102,21 @@ def test_a_trim_drops_the_member_and_its_record_line_and_refuses_a_missing_one(t
         assert b"_vllm_fa2_C" not in whl.read("vllm-0.26.0.dist-info/RECORD")
     with pytest.raises(SystemExit, match="not there"):
         payload.trim(wheel, ("vllm/missing.so",))
+
+
+def test_the_same_wheels_make_the_same_payload_whatever_their_files_times(tmp_path: Path) -> None:
+    """The payload's sha256 keys the GPU machine's engine cache: a rebuild of the same wheels keeps the key."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl"):
+        (wheels / name).write_bytes(name.encode() * 64)
+    first = payload.payload_tar(wheels)
+    for whl in wheels.iterdir():
+        os.utime(whl, (1_000_000, 1_000_000))
+        whl.chmod(0o600)
+    assert payload.payload_tar(wheels) == first
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"changed")
+    assert payload.payload_tar(wheels) != first
 
 
 @pytest.mark.parametrize("run", ["vllm-ready", "sglang-ds3-triton", "sglang-ds3-default", "sglang-gate"])
