@@ -65,7 +65,7 @@ class BenchRun:
                "--dataset-name", "sharegpt", "--dataset-path", f"{WORKDIR}/{DATASET}",
                "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.max_tokens),
                "--max-concurrency", str(self.concurrency), "--ignore-eos", "--temperature", "0", "--seed", "0",
-               "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
+               "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
                "--save-result", "--result-dir", WORKDIR, "--result-filename", RESULT]  # fmt: skip
         return [*cmd, "--trust-remote-code"] if self.trust_remote_code else cmd
 

@@ -1,8 +1,8 @@
 """What the benchmark gate measures on a new engine, read from the engine's own client's result.
 
-vLLM's `vllm bench serve --save-result` measures the served endpoint: output tokens/s, TTFT and
-inter-token latency percentiles, and the spec-decode counters' deltas from the engine's `/metrics`
-(acceptance rate in percent, mean acceptance length, per-position acceptance). Keys checked in the
+vLLM's `vllm bench serve --save-result` measures the served endpoint: output tokens/s, TTFT,
+inter-token latency and time-per-output-token percentiles, and the spec-decode counters' deltas from the
+engine's `/metrics` (acceptance rate in percent, mean acceptance length, per-position acceptance). Keys checked in the
 vLLM 0.32 source (`vllm/benchmarks/serve.py`). SGLang's `sglang.benchmark.serving --output-file`
 appends one JSON line: the same throughput, medians and p99s, and `accept_length` (SGLang's mean
 acceptance length; no rate, no positions). Keys checked in SGLang 0.5.23 (`benchmark/serving.py`)."""
@@ -26,6 +26,14 @@ def _number(doc: dict[str, Any], key: str) -> float:
     return float(value)
 
 
+def _percentiles(doc: dict[str, Any], keys: dict[str, str]) -> dict[str, float]:
+    """The percentiles KEYS names ({"p50": key, …}) where the result has them all, else none (an older
+    client, or one told fewer metrics)."""
+    values = {p: doc.get(k) for p, k in keys.items()}
+    return {p: round(float(v), 3) for p, v in values.items() if isinstance(v, int | float)} if all(
+        isinstance(v, int | float) for v in values.values()) else {}  # fmt: skip
+
+
 def from_vllm_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:
     completed = int(_number(doc, "completed"))
     rate = doc.get("spec_decode_acceptance_rate")
@@ -43,6 +51,7 @@ def from_vllm_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int, 
         acceptance_rate=round(float(rate) / 100, 4) if isinstance(rate, int | float) else None,
         acceptance_length=round(float(length), 4) if isinstance(length, int | float) else None,
         per_position_acceptance=[round(float(x), 4) for x in positions if isinstance(x, int | float)],
+        tpot_ms=_percentiles(doc, {"p50": "p50_tpot_ms", "p99": "p99_tpot_ms"}),
     )
 
 
@@ -59,6 +68,7 @@ def from_sglang_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int
         ttft_ms={"p50": round(_number(doc, "median_ttft_ms"), 3), "p99": round(_number(doc, "p99_ttft_ms"), 3)},
         itl_ms={"p50": round(_number(doc, "median_itl_ms"), 3), "p99": round(_number(doc, "p99_itl_ms"), 3)},
         acceptance_length=round(float(length), 4) if isinstance(length, int | float) and length > 0 else None,
+        tpot_ms=_percentiles(doc, {"p50": "median_tpot_ms", "p99": "p99_tpot_ms"}),
     )
 
 

@@ -239,6 +239,26 @@ def test_sglang_figures_come_from_the_clients_last_line_and_refuse_without_accep
     assert not refused.passed and "read no acceptance figure from the engine" in refused.message
 
 
+def test_time_per_output_token_is_read_where_the_client_gave_it_and_said_beside_the_itl():
+    """Under speculation a verify step's tokens stream as a burst: SGLang's median ITL is the gap inside
+    one (1.4 ms on the H100 at acceptance 2.3), its TPOT the per-token cost. The line is the main run of a
+    real gate on SGLang 0.5.23 (tests/data/gpu_truth/sglang-0.5.23-full-depth-h100-gate)."""
+    runs = Path(__file__).parents[2] / "data" / "gpu_truth" / "sglang-0.5.23-full-depth-h100-gate"
+    lines = [json.loads(line)["result"] for line in (runs / "acc2.3-client-runs.jsonl").read_text().splitlines()]
+    main = next(r for r in lines if r["max_concurrency"] == 4 and r["completed"] == 36)
+    figures = client_figures.from_sglang_bench(main, num_prompts=36, concurrency=4, max_tokens=134)
+    assert figures.tpot_ms == {"p50": round(main["median_tpot_ms"], 3), "p99": round(main["p99_tpot_ms"], 3)}
+    assert figures.tpot_ms["p50"] > 3 * figures.itl_ms["p50"]
+    assert f"TPOT p50 {figures.tpot_ms['p50']:.1f} ms" in figures.summary()
+    older = client_figures.from_vllm_bench(REAL, num_prompts=36, concurrency=4, max_tokens=64)  # told ttft,itl
+    assert older.tpot_ms == {} and "TPOT" not in older.summary()
+    told = client_figures.from_vllm_bench({**REAL, "p50_tpot_ms": 9.5, "p99_tpot_ms": 12.25}, num_prompts=36,
+                                          concurrency=4, max_tokens=64)  # fmt: skip
+    assert told.tpot_ms == {"p50": 9.5, "p99": 12.25}
+    bench = client.BenchRun("/models/target", "tiny", "http://127.0.0.1:8000", 36, 4, 64, 60.0)
+    assert "ttft,tpot,itl" in " ".join(bench.command())  # vLLM saves the percentiles it is told
+
+
 def test_auto_measures_a_draft_length_with_the_baselines_tokens_and_proves_its_schedule_at_every_level():
     """issue 37: each length's sweep takes the baseline's tokens per request; the chosen schedule is refused
     when it is below x0.97 of speculation off at any level (not only the expected one), and said when it holds."""
