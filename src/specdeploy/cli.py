@@ -24,6 +24,7 @@ from specdeploy.playbook import run_playbook, unreachable_sentence
 from specdeploy.preflight import memory, model_files
 from specdeploy.report import pages as report_pages
 from specdeploy.report.reading import DEFAULT_LAST as REPORT_LAST
+from specdeploy.serve import deploy as serve_deploy
 from specdeploy.serve import endpoint
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
@@ -279,14 +280,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     load = schedule.Load(args.offered_rps, args.per_host_rps) if args.offered_rps is not None else None
     if load is not None and args.per_host_rps is None:
         raise SpecdeployError("--offered-rps needs --per-host-rps (what one engine serves)")
-    result = schedule.plan(hosts, args.max_unavailable, load_s, args.drain_seconds, load)
+    values = next(iter(serving_hosts.inventory_hostvars(Path(args.inventory)).values()), {})
+    starts = serve_deploy.first_rollout_starts(values)
+    result = schedule.plan(hosts, args.max_unavailable, load_s, args.drain_seconds, load, measuring=starts)
     if args.json:
         fields = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in vars(result).items()}
         # null: unbounded (the queue never drains, or no host serves): JSON has no Infinity.
-        print(json.dumps({**fields, "capacity_min": result.capacity_min, "load_s_source": source}))
+        print(json.dumps({**fields, "capacity_min": result.capacity_min, "measuring_s": result.measuring_s,
+                          "load_s_source": source}))  # fmt: skip
         return 0
     group = f" as {len(hosts)} engines of {args.nnodes} hosts each" if args.nnodes > 1 else ""
-    print(f"{args.hosts} hosts{group}, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source})")
+    print(f"{args.hosts} hosts{group}, rollout_max_unavailable={args.max_unavailable}, load {load_s:.0f} s ({source}); "
+          f"serving_* from {args.inventory}")  # fmt: skip
     for line in result.lines():
         print(f"  {line}")
     return 0
@@ -426,7 +431,8 @@ def _add_serving_commands(sub: Any) -> None:
     pln.add_argument("--per-host-rps", type=float, help="what one engine serves, requests per second")
     pln.add_argument("--json", action="store_true", help="print JSON")
     pln.add_argument("--fit", action="store_true", help="the model's fit on one GPU of the inventory's first host")
-    pln.add_argument("--inventory", default="inventories/local", help="with --fit: its serving_* values")
+    pln.add_argument("--inventory", default="inventories/local",
+                     help="its serving_* values: a first rollout's measuring starts; with --fit, the fit")  # fmt: skip
     pln.add_argument("--model", help="with --fit: a folder with config.json and the *.safetensors (headers read)")
     pln.add_argument("--drafter", help="with --fit: the EAGLE-3 drafter's folder")
     pln.add_argument("--gpu-memory-mib", type=_positive_int, help="with --fit: one GPU's memory as nvidia-smi says it")

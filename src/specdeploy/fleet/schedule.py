@@ -66,15 +66,29 @@ class FleetPlan:
     # backlog grows at offered - capacity while a batch is out, then drains at the spare capacity).
     queue_wait_max_s: float | None = None
     utilisation_max: float | None = None
+    # The engine starts each host makes beside its own on the first rollout of a configuration (the
+    # gate's baseline, auto's draft lengths: gate.rules.measuring_starts), each out of the router.
+    measuring: tuple[str, ...] = ()
 
     @property
     def capacity_min(self) -> float:
         return self.serving_hosts_min / self.hosts
 
+    @property
+    def measuring_s(self) -> float:
+        """The first rollout's extra seconds at the least: each measuring start's load, batch after batch."""
+        return len(self.measuring) * self.load_s * len(self.batches)
+
     def lines(self) -> list[str]:
         out = [f"batch {i}: {', '.join(batch)}" for i, batch in enumerate(self.batches, 1)]
         out.append(f"per batch: drain ≤ {self.drain_s:.0f} s + load to READY {self.load_s:.0f} s")
         out.append(f"expected duration: {self.duration_s:.0f} s ({self.duration_s / 60:.1f} min)")
+        if self.measuring:
+            extra = self.measuring_s
+            out.append(f"the first rollout of this configuration: each host also starts the engine "
+                       f"{len(self.measuring)} more time(s) out of the router, to READY and a sweep each "
+                       f"({', '.join(self.measuring)}): at least +{extra:.0f} s ({extra / 60:.1f} min) and the "
+                       "sweeps; later rollouts reuse each host's record")  # fmt: skip
         out.append(f"lowest serving capacity: {self.serving_hosts_min}/{self.hosts} hosts ({self.capacity_min:.0%})")
         if self.utilisation_max is not None and self.queue_wait_max_s is not None:
             if self.serving_hosts_min == 0:
@@ -86,7 +100,13 @@ class FleetPlan:
 
 
 def plan(
-    hosts: list[str], max_unavailable: int | str, load_s: float, drain_s: float, load: Load | None = None
+    hosts: list[str],
+    max_unavailable: int | str,
+    load_s: float,
+    drain_s: float,
+    load: Load | None = None,
+    *,
+    measuring: tuple[str, ...] = (),
 ) -> FleetPlan:
     if load_s <= 0 or drain_s < 0:
         raise SpecdeployError("the per-host load time must be > 0 s and the drain time >= 0 s",
@@ -100,7 +120,7 @@ def plan(
             raise SpecdeployError("--per-host-rps must be > 0 and --offered-rps >= 0")
         util = math.inf if serving_min == 0 else load.offered_rps / (serving_min * load.per_host_rps)
         wait = _fluid_wait(load, serving_min, len(hosts), window)
-    return FleetPlan(groups, drain_s, load_s, window * len(groups), serving_min, len(hosts), wait, util)
+    return FleetPlan(groups, drain_s, load_s, window * len(groups), serving_min, len(hosts), wait, util, measuring)
 
 
 def _fluid_wait(load: Load, serving: int, hosts: int, window: float) -> float:

@@ -94,6 +94,19 @@ class GateSettings:
         return []
 
 
+def measuring_starts(settings: GateSettings, measuring: bool, speculative: bool, auto: bool,
+                     num_speculative_tokens: int) -> list[str]:  # fmt: skip
+    """The engine starts a host makes beside its own on the first rollout of a configuration (engine
+    version, hardware, sweep), each one a start to READY and a sweep with the host out of the router (one
+    GPU set holds one engine: serve.rollout's `_aside`), kept in the host's record for later rollouts:
+    the speculation-off baseline (serving_bench_baseline: once), then each draft length from 1 to
+    serving_num_speculative_tokens under serving_speculative_schedule: auto."""
+    if not (measuring and speculative and settings.baseline == "once" and settings.sweep):
+        return []
+    lengths = [f"draft length {n}" for n in range(1, num_speculative_tokens + 1)] if auto else []
+    return ["the speculation-off baseline", *lengths]
+
+
 def output_tokens(settings: GateSettings, prompts: int, tokens_per_s: float, measuring_s: float) -> int:
     """Tokens per request so that PROMPTS requests fit MEASURING_S at the output speed a short run at
     the same concurrency measured on this engine (tokens/s over all requests in flight)."""

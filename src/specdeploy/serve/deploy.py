@@ -23,7 +23,7 @@ from specdeploy.errors import SpecdeployError
 from specdeploy.fleet.membership import RouterMembership
 from specdeploy.fleet.router_api import worker_url
 from specdeploy.gate.benchmark import HARDWARE_PROBE, BenchmarkGate, hardware
-from specdeploy.gate.rules import GateSettings, flag
+from specdeploy.gate.rules import GateSettings, flag, measuring_starts
 from specdeploy.records import HostRecords, host_runs
 from specdeploy.serve import engine_cache
 from specdeploy.serve.config import CONTAINER, ServingConfig
@@ -79,6 +79,22 @@ class Settings:
         return cls(float(given["stall_timeout"]), float(given["timeout"]), float(given["reconnect_grace"]),
                    str(given["state_dir"]), flag(given["warm_page_cache"]), str(given.get("fleet_worker") or ""),
                    prewarm, bench, cache)  # fmt: skip
+
+
+def first_rollout_starts(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """The engine starts the first rollout of VALUES' configuration (an inventory host's serving_* as
+    Ansible resolves them; a knob not there: the role's default) makes on each host beside its own, for
+    `specdeploy plan` (gate.rules.measuring_starts)."""
+
+    def knob(variable: str) -> Any:
+        return values.get(variable, BY_VARIABLE[variable].default)
+
+    settings = Settings.from_values(values)
+    starts = measuring_starts(GateSettings.from_vars(settings.bench), flag(settings.bench.get("enabled", False)),
+                              str(knob("serving_speculative_method")) == "eagle3",
+                              str(knob("serving_speculative_schedule")) == draft_schedule.AUTO,
+                              int(knob("serving_num_speculative_tokens")))  # fmt: skip
+    return tuple(starts)
 
 
 class Inventory(Protocol):

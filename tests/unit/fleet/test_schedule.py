@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
+from specdeploy.cli import main
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import schedule
 
@@ -66,3 +70,31 @@ def test_a_multi_node_engine_is_one_unit_of_capacity():
     assert result.batches == [["host-1..host-2"], ["host-3..host-4"]] and result.serving_hosts_min == 1
     with pytest.raises(SpecdeployError, match="do not split into engines of 2 hosts"):
         schedule.units(3, 2)
+
+
+def test_a_first_rollout_says_the_measuring_starts_each_host_makes_out_of_the_router():
+    starts = ("the speculation-off baseline", "draft length 1", "draft length 2")
+    result = schedule.plan(HOSTS, "25%", load_s=1500, drain_s=60, measuring=starts)
+    assert result.duration_s == 4 * 1560  # the steady rollout's figure is unchanged
+    assert result.measuring_s == 3 * 1500 * 4  # three more loads a host, batch after batch
+    said = "\n".join(result.lines())
+    assert "3 more time(s)" in said and "draft length 2" in said and "+18000 s (300.0 min)" in said
+    assert "first rollout" not in "\n".join(schedule.plan(HOSTS, "25%", 1500, 60).lines())
+
+
+def test_plan_reads_the_inventorys_gate_and_schedule(tmp_path, capsys):
+    """`specdeploy plan` on the example inventory (its gate measures a baseline once), and on a copy that
+    asks serving_speculative_schedule: auto: the draft lengths are said too."""
+    example = Path(__file__).parents[3] / "inventories" / "example-8gpu"
+    assert main(["plan", "--hosts", "4", "--load-seconds", "1500", "--inventory", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "1 more time(s)" in out and "(the speculation-off baseline)" in out and "draft length" not in out
+    auto = tmp_path / "auto"
+    shutil.copytree(example, auto)
+    group_vars = auto / "group_vars" / "all.yml"
+    group_vars.write_text(group_vars.read_text().replace('serving_speculative_schedule: ""',
+                                                         "serving_speculative_schedule: auto"))  # fmt: skip
+    assert main(["plan", "--hosts", "4", "--load-seconds", "1500", "--inventory", str(auto), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["measuring"][0] == "the speculation-off baseline" and len(said["measuring"]) == 5  # + lengths 1-4
+    assert said["measuring_s"] == 5 * 1500 * 4

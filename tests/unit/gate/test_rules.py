@@ -11,6 +11,7 @@ from specdeploy.gate.rules import (
     failed_levels,
     flag,
     incomparable,
+    measuring_starts,
     output_tokens,
     refusals,
     speedups,
@@ -159,3 +160,14 @@ def test_a_level_whose_requests_failed_is_no_speed_up() -> None:
     whole = [{"concurrency": 1, "output_tokens_per_s": 100.0, "failed": 0}]
     assert speedups(whole, [{"concurrency": 1, "output_tokens_per_s": 80.0, "failed": 1}]) == {}
     assert speedups(whole, [{"concurrency": 1, "output_tokens_per_s": 80.0, "failed": 0}]) == {1: 1.25}
+
+
+def test_a_first_rollout_starts_the_baseline_and_each_auto_length_beside_the_engine_only_when_measured():
+    once = GateSettings(sweep=(1, 4, 16), baseline="once")
+    assert measuring_starts(once, True, True, False, 3) == ["the speculation-off baseline"]
+    assert measuring_starts(once, True, True, True, 2) == ["the speculation-off baseline", "draft length 1",
+                                                          "draft length 2"]  # fmt: skip
+    assert measuring_starts(once, False, True, True, 3) == []  # serving_bench: false measures nothing
+    assert measuring_starts(once, True, False, True, 3) == []  # no speculation: no baseline to measure
+    assert measuring_starts(GateSettings(sweep=(1, 4)), True, True, True, 3) == []  # serving_bench_baseline: never
+    assert measuring_starts(GateSettings(baseline="once"), True, True, True, 3) == []  # no sweep
