@@ -231,21 +231,6 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
-def last_measured_load_s(runs: Path) -> tuple[float, str] | None:
-    """The newest READY start-up this controller watched (its diagnostics folders), and where."""
-    newest: tuple[str, float, str] | None = None
-    for verdict in runs.glob("*/*/verdict.json"):
-        try:
-            data = json.loads(verdict.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("status") == "READY" and isinstance(data.get("elapsed_s"), (int, float)):
-            key = verdict.parent.name
-            if newest is None or key > newest[0]:
-                newest = (key, float(data["elapsed_s"]), str(verdict.parent))
-    return (newest[1], newest[2]) if newest else None
-
-
 def cmd_plan_fit(args: argparse.Namespace) -> int:
     """One GPU's memory on paper for the inventory's first host: specdeploy.preflight.model_files decides."""
     if not args.model or not args.gpu_memory_mib:
@@ -270,7 +255,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     hosts = schedule.units(args.hosts or 0, args.nnodes)
     load_s, source = args.load_seconds, "given"
     if load_s is None:
-        measured = last_measured_load_s(state_dir() / "runs")
+        measured = schedule.last_measured_load_s(state_dir() / "runs")
         if measured is None:
             raise SpecdeployError(
                 "no per-host load time: none given and no READY start-up measured here yet",

@@ -6,9 +6,11 @@ here, so what the plan prints is what the rollout does.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from specdeploy.errors import SpecdeployError
 
@@ -137,3 +139,18 @@ def _fluid_wait(load: Load, serving: int, hosts: int, window: float) -> float:
     if load.offered_rps <= reduced:
         return 0.0
     return window * (1 - reduced / load.offered_rps)
+
+
+def last_measured_load_s(runs: Path) -> tuple[float, str] | None:
+    """The newest READY start-up this controller watched (its diagnostics folders), and where."""
+    newest: tuple[str, float, str] | None = None
+    for verdict in runs.glob("*/*/verdict.json"):
+        try:
+            data = json.loads(verdict.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("status") == "READY" and isinstance(data.get("elapsed_s"), (int, float)):
+            key = verdict.parent.name
+            if newest is None or key > newest[0]:
+                newest = (key, float(data["elapsed_s"]), str(verdict.parent))
+    return (newest[1], newest[2]) if newest else None

@@ -98,3 +98,13 @@ def test_plan_reads_the_inventorys_gate_and_schedule(tmp_path, capsys):
     said = json.loads(capsys.readouterr().out)
     assert said["measuring"][0] == "the speculation-off baseline" and len(said["measuring"]) == 5  # + lengths 1-4
     assert said["measuring_s"] == 5 * 1500 * 4
+
+
+def test_the_plans_load_time_is_the_newest_ready_start_up_watched_here(tmp_path):
+    for run, status, elapsed in (("20261201T000000-1", "READY", 90.5), ("20261202T000000-2", "READY", 41.0),
+                                 ("20261203T000000-3", "STALLED", 300.0)):  # fmt: skip
+        folder = tmp_path / "host-1" / run
+        folder.mkdir(parents=True)
+        (folder / "verdict.json").write_text(json.dumps({"status": status, "elapsed_s": elapsed}))
+    assert schedule.last_measured_load_s(tmp_path) == (41.0, str(tmp_path / "host-1" / "20261202T000000-2"))
+    assert schedule.last_measured_load_s(tmp_path / "none") is None
