@@ -508,10 +508,54 @@ def kernels_record(config: Any, out: Path, before: dict[str, list[float]] | None
     )
 
 
+# SGLang 0.5.23 JIT-builds two WNA16 Marlin MoE variants one after the other inside its first prefill
+# CUDA-graph capture (H100, 2026-12-07: about 319 s and 286 s of a 775 s capture, from the built files'
+# times in engine-cache-kernels.json: `moe_wna16_marlin_bf16_t_false_false_true_{false,true}_true`).
+# `--prebuild-jit` builds them at once, before the start, with SGLang's own `parallel_compile`, into the
+# engine cache the start then finds (each build keyed by SGLang as the engine would key it: the same
+# interpreter, environment and arguments). Its arguments: (dtype, is_ep, has_bias, expert_ids_are_sorted,
+# zero_inactive_output, has_inactive_prefix_count), as the kernels' names spell them.
+SGLANG_PREBUILD = """
+import time, torch
+from sglang.kernels.jit.utils import parallel_compile
+from sglang.kernels.ops.moe.moe_wna16_marlin import _jit_moe_wna16_marlin_module as marlin
+started = time.monotonic()
+parallel_compile([lambda zero=zero: marlin(torch.bfloat16, False, False, True, zero, True) for zero in (False, True)])
+print(f"prebuilt 2 Marlin MoE variants in {time.monotonic() - started:.1f} s")
+"""
+PREBUILD_TIMEOUT_S = 420  # both variants at once took ~320 s each alone on the H100
+
+
+def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> None:
+    """`--prebuild-jit` (SGLang): its slow JIT kernels built in parallel before the start, in the engine's
+    interpreter and environment (out/command.json). Test-only, named in command.json's `prebuilt`: the
+    start's READY then leaves out what the prebuild took. A failure is logged and left to the engine,
+    which builds what it does not find."""
+    if not getattr(args, "prebuild_jit", False) or args.engine != "sglang":
+        return
+    record = json.loads((out / "command.json").read_text())
+    before = kernels(config)
+    started = time.monotonic()
+    try:
+        done = subprocess.run([record["ran"][0], "-c", SGLANG_PREBUILD], env=record["env"], capture_output=True,
+                              text=True, timeout=PREBUILD_TIMEOUT_S, check=False)  # fmt: skip
+        code, said = done.returncode, (done.stdout + done.stderr).strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        code, said = None, [f"not done in {PREBUILD_TIMEOUT_S} s: left to the engine"]
+    after = kernels(config)
+    built = sorted(Path(k).stem for k, v in after.items() if before.get(k) != v)
+    seconds = round(time.monotonic() - started, 1)
+    record["prebuilt"] = {"exit": code, "seconds": seconds, "built": built, "said": said}
+    (out / "command.json").write_text(json.dumps(record, indent=2))
+    log(f"prebuild (test-only, not in the start's seconds): exit {code} in {seconds} s; built: "
+        f"{', '.join(built) or 'none'}; {' | '.join(said)}")  # fmt: skip
+
+
 def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
     """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
     a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
     watch, watch_env = watch_command(config, args, out)
+    prebuild_jit(config, args, out)
     before = kernels(config)
     started = time.monotonic()
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
@@ -915,6 +959,8 @@ def main() -> int:
     )
     engine_run.add_argument("--dummy-load", action="store_true", help="test-only: --load-format dummy")
     engine_run.add_argument("--no-engine-cache", action="store_true", help="no engine cache (every start cold)")
+    engine_run.add_argument("--prebuild-jit", action="store_true",
+                            help="test-only, SGLang: its Marlin MoE JIT kernels built before the start")  # fmt: skip
     engine_run.add_argument(
         "--acceptance",
         type=float,

@@ -804,8 +804,11 @@ def plan(
     bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
     for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
         how = asked if asked == "--baseline" else asked + carried
+        # SGLang: its two Marlin MoE JIT variants built at once before the start (on_device.prebuild_jit):
+        # built one after the other by the engine they took ~600 s of a cold H100 start (2026-12-07).
+        prebuild = " --prebuild-jit" if engine == "sglang" else ""
         gate = (f"PYTHONUNBUFFERED=1 {bound} {step} gate {engine} --inventory inventories/gpu-h200-full-depth "
-                f"--form full-depth --dummy-load{version} {how}")  # fmt: skip
+                f"--form full-depth --dummy-load{version}{prebuild} {how}")  # fmt: skip
         # A cold full-depth start took 442 s of a call's 570 (H100, 2026-12-05): the start gets a call
         # and leaves the engine READY (its own process session outlives the call); the next measures it.
         # `stop --keep-starting`: an engine an earlier up call left still starting is watched on, not stopped

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tarfile
 import textwrap
 import types
@@ -480,6 +481,46 @@ def test_a_start_still_making_progress_at_the_calls_end_is_watched_on_by_the_nex
     assert machine.started == []  # no second engine
     on_device.stop(keep_starting=True)
     assert stopped == ["stop"]  # nothing starting any more: a leftover is stopped
+
+
+def test_prebuild_jit_builds_in_the_engines_interpreter_and_environment_and_says_so(tmp_path: Path,
+                                                                                    monkeypatch) -> None:  # fmt: skip
+    """`--prebuild-jit` runs the build in the interpreter and environment command.json names (here a stand-in
+    for SGLang's build that writes a kernel where SGLANG_JIT_CACHE_DIR says), records what it built and how
+    long in command.json's `prebuilt`, and leaves a failure or a timeout to the engine. Only for SGLang."""
+    cache = tmp_path / "cache"
+    jit = cache / "sglang-jit"
+    config = types.SimpleNamespace(cache_dir=str(cache))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"SGLANG_JIT_CACHE_DIR": str(jit), "PATH": "/usr/bin:/bin"}
+    (out / "command.json").write_text(json.dumps({"ran": [sys.executable, "-m", "sglang.launch_server"], "env": env}))
+    said: list[str] = []
+    monkeypatch.setattr(on_device, "log", said.append)
+    monkeypatch.setattr(on_device, "SGLANG_PREBUILD", textwrap.dedent("""
+        import os, pathlib
+        built = pathlib.Path(os.environ["SGLANG_JIT_CACHE_DIR"]) / "sm90a" / "sgl_kernel_jit_moe_wna16_marlin_x"
+        built.mkdir(parents=True)
+        (built / "marlin_x.so").write_bytes(b"k")
+        print("prebuilt 2 Marlin MoE variants in 0.1 s")
+    """))  # fmt: skip
+    args = argparse.Namespace(prebuild_jit=True, engine="sglang")
+    on_device.prebuild_jit(config, args, out)
+    prebuilt = json.loads((out / "command.json").read_text())["prebuilt"]
+    assert prebuilt["exit"] == 0 and prebuilt["built"] == ["marlin_x"] and "prebuilt 2" in prebuilt["said"][-1]
+    assert "not in the start's seconds" in said[-1]
+    monkeypatch.setattr(on_device, "SGLANG_PREBUILD", "raise SystemExit('nvcc: not found')")
+    on_device.prebuild_jit(config, args, out)  # a failure: said, and the start goes on
+    prebuilt = json.loads((out / "command.json").read_text())["prebuilt"]
+    assert prebuilt["exit"] == 1 and prebuilt["built"] == [] and prebuilt["said"] == ["nvcc: not found"]
+    monkeypatch.setattr(on_device, "SGLANG_PREBUILD", "import time; time.sleep(5)")
+    monkeypatch.setattr(on_device, "PREBUILD_TIMEOUT_S", 0.5)
+    on_device.prebuild_jit(config, args, out)
+    assert json.loads((out / "command.json").read_text())["prebuilt"]["exit"] is None
+    (out / "command.json").write_text("{}")
+    on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=True, engine="vllm"), out)  # SGLang only
+    on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=False, engine="sglang"), out)  # asked only
+    assert json.loads((out / "command.json").read_text()) == {}
 
 
 def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: Path, monkeypatch) -> None:

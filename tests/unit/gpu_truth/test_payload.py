@@ -159,7 +159,8 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     assert "install sglang" in calls[2] and "install" not in calls[1]
     up, again, measure, *speculative = calls[3:]
     assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in up
-    assert "--engine-version 0.5.23 --baseline --phase up" in up and "pack spec-off-up" in up
+    assert "--engine-version 0.5.23 --prebuild-jit --baseline --phase up" in up and "pack spec-off-up" in up
+    assert "--prebuild-jit" not in "".join(payload.plan("vllm", out, "0.33.0"))  # SGLang's kernels only
     assert again.startswith("run timeout_s=600 command='PYTHONUNBUFFERED=1") and "--baseline --phase up" in again
     assert f"--baseline --phase measure --repeat {payload.REPEATS}" in measure and "pack spec-off;" in measure
     # the first measured start's JIT kernels go back for the next session's machine, once
