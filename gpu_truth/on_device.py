@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import types
 import urllib.request
@@ -363,14 +364,22 @@ class LocalExec:
     def __init__(self, engine_sites: str, keep: Path | None = None) -> None:
         self.env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
         self.keep = keep  # each client run's result, appended as it finishes (a cut call keeps them)
+        # The client's folder (gate.client.WORKDIR, fixed inside a container) made private here: two runs
+        # on one machine (a CI run and the unit tests beside it, 2026-12-07) overwrote each other's results.
+        self.workdir = tempfile.mkdtemp(prefix="specdeploy-bench-")
+
+    def here(self, text: str) -> str:
+        from specdeploy.gate.client import WORKDIR  # noqa: PLC0415
+
+        return text.replace(WORKDIR, self.workdir)
 
     def put_archive(self, path: str, data: bytes) -> bool:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(path, filter="data")
+            tar.extractall(self.here(path), filter="data")
         return True
 
     def exec_run(self, cmd: list[str], *, environment: dict[str, str] | None = None, demux: bool = False) -> Any:
-        argv = list(cmd)
+        argv = [self.here(a) for a in cmd]
         if "vllm" in argv:
             at = argv.index("vllm")
             argv[at : at + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
@@ -391,11 +400,12 @@ def bench(config: Any, out: Path, *, prompts: int, concurrency: int, tokens: int
     run = client.BenchRun(model_path=MODEL_MOUNT, served_model_name=config.served_model_name,
                           base_url=f"http://127.0.0.1:{PORT}", num_prompts=prompts, concurrency=concurrency,
                           max_tokens=tokens, timeout_s=300, trust_remote_code=config.trust_remote_code)  # fmt: skip
+    local = LocalExec(str(site("vllm")))
     try:
-        figures = client.run(LocalExec(str(site("vllm"))), run, client.prompts()[:prompts], config.api_key)
+        figures = client.run(local, run, client.prompts()[:prompts], config.api_key)
     except client.BenchFailed as exc:
         return {"error": str(exc)}
-    shutil.copy(Path(client.WORKDIR) / client.RESULT, out / "bench-result.json")
+    shutil.copy(Path(local.workdir) / client.RESULT, out / "bench-result.json")
     return {"figures": figures.to_dict(), "summary": figures.summary(), "client": client.describe(run)}
 
 

@@ -18,7 +18,7 @@ import pytest
 from gpu_truth import on_device
 
 from specdeploy.gate import rules
-from specdeploy.gate.client import tar_archive
+from specdeploy.gate.client import WORKDIR, tar_archive
 
 # A simulated `python -m vllm.entrypoints.cli.main bench serve`: the result file the gate reads, with
 # 100 tok/s per request in flight, and the spec-decode counters only while SPEC exists (the drafter on).
@@ -146,6 +146,12 @@ def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: P
     assert (done.exit_code, done.output) == (3, (b"out\n", b"err\n"))
     assert local.put_archive(str(tmp_path / "d"), tar_archive({"a.json": b"{}"}))
     assert (tmp_path / "d" / "a.json").read_bytes() == b"{}"
+    # the client's fixed folder is private to each LocalExec: two runs on one machine do not share it
+    other = on_device.LocalExec(str(tmp_path))
+    assert local.put_archive(WORKDIR, tar_archive({"result.json": b"1"}))
+    assert other.put_archive(WORKDIR, tar_archive({"result.json": b"2"}))
+    assert local.exec_run(["cat", f"{WORKDIR}/result.json"]).output == b"1"
+    assert other.exec_run(["cat", f"{WORKDIR}/result.json"]).output == b"2"
 
 
 RUNS = Path(__file__).resolve().parents[2] / "data" / "gpu_truth"
