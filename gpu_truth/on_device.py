@@ -366,7 +366,8 @@ class LocalExec:
         self.keep = keep  # each client run's result, appended as it finishes (a cut call keeps them)
         # The client's folder (gate.client.WORKDIR, fixed inside a container) made private here: two runs
         # on one machine (a CI run and the unit tests beside it, 2026-12-07) overwrote each other's results.
-        self.workdir = tempfile.mkdtemp(prefix="specdeploy-bench-")
+        self.folder = tempfile.TemporaryDirectory(prefix="specdeploy-bench-")  # removed with this object
+        self.workdir = self.folder.name
 
     def here(self, text: str) -> str:
         from specdeploy.gate.client import WORKDIR  # noqa: PLC0415
