@@ -231,12 +231,21 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan_values(inventory: str) -> dict[str, Any]:
+    """The serving values of INVENTORY's first host; a relative path not found here is the checkout's."""
+    path = Path(inventory)
+    path = path if path.exists() or path.is_absolute() else project_root() / path
+    if not path.exists():  # ansible-inventory reads a missing path as an empty inventory: no values, silently
+        raise SpecdeployError(f"no inventory at {inventory}", hint="pass --inventory inventories/<name>")
+    return next(iter(serving_hosts.inventory_hostvars(path).values()), {})
+
+
 def cmd_plan_fit(args: argparse.Namespace) -> int:
     """One GPU's memory on paper for the inventory's first host: specdeploy.preflight.model_files decides."""
     if not args.model or not args.gpu_memory_mib:
         raise SpecdeployError("plan --fit needs --model and --gpu-memory-mib",
                               hint="e.g. --gpu-memory-mib 97887 for an RTX PRO 6000 Blackwell (96 GB)")  # fmt: skip
-    values = next(iter(serving_hosts.inventory_hostvars(Path(args.inventory)).values()), {})
+    values = plan_values(args.inventory)
     engine, drafter = args.engine or str(values.get("specdeploy_engine") or "vllm"), args.drafter and Path(args.drafter)
     result = model_files.local_fit(values, engine, Path(args.model), drafter or None, args.gpu_memory_mib)
     if result.fit is None:
@@ -265,8 +274,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     load = schedule.Load(args.offered_rps, args.per_host_rps) if args.offered_rps is not None else None
     if load is not None and args.per_host_rps is None:
         raise SpecdeployError("--offered-rps needs --per-host-rps (what one engine serves)")
-    values = next(iter(serving_hosts.inventory_hostvars(Path(args.inventory)).values()), {})
-    starts = serve_deploy.first_rollout_starts(values)
+    starts = serve_deploy.first_rollout_starts(plan_values(args.inventory))
     result = schedule.plan(hosts, args.max_unavailable, load_s, args.drain_seconds, load, measuring=starts)
     if args.json:
         fields = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in vars(result).items()}

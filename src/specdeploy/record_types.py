@@ -23,7 +23,7 @@ class Figures:
     per_position_acceptance: list[float] = field(default_factory=list)
     # Time per output token after the first, per request ({"p50", "p99"}; empty where the client's result
     # had none). Under speculation this is the per-token cost: the tokens one verify step accepts stream
-    # as a burst, so SGLang's ITL median is the gap inside a burst (1.3 ms against a 7.7 ms TPOT, H100).
+    # as a burst, so SGLang's ITL median is the gap inside a burst (1.4 ms against a 7.8 ms TPOT, H100).
     tpot_ms: dict[str, float] = field(default_factory=dict)
     # The host's 1-minute load average per CPU around the run (None: not read): two throughputs
     # measured under different loads do not compare (gate.rules.incomparable).

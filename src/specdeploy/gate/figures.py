@@ -29,9 +29,9 @@ def _number(doc: dict[str, Any], key: str) -> float:
 def _percentiles(doc: dict[str, Any], keys: dict[str, str]) -> dict[str, float]:
     """The percentiles KEYS names ({"p50": key, …}) where the result has them all, else none (an older
     client, or one told fewer metrics)."""
-    values = {p: doc.get(k) for p, k in keys.items()}
-    return {p: round(float(v), 3) for p, v in values.items() if isinstance(v, int | float)} if all(
-        isinstance(v, int | float) for v in values.values()) else {}  # fmt: skip
+    if not all(isinstance(doc.get(key), int | float) for key in keys.values()):
+        return {}
+    return {p: round(float(doc[key]), 3) for p, key in keys.items()}
 
 
 def from_vllm_bench(doc: dict[str, Any], *, num_prompts: int, concurrency: int, max_tokens: int) -> Figures:

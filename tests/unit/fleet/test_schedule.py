@@ -108,3 +108,13 @@ def test_the_plans_load_time_is_the_newest_ready_start_up_watched_here(tmp_path)
         (folder / "verdict.json").write_text(json.dumps({"status": status, "elapsed_s": elapsed}))
     assert schedule.last_measured_load_s(tmp_path) == (41.0, str(tmp_path / "host-1" / "20261202T000000-2"))
     assert schedule.last_measured_load_s(tmp_path / "none") is None
+
+
+def test_plan_from_outside_the_checkout_reads_the_checkouts_inventory(tmp_path, capsys, monkeypatch):
+    """A relative --inventory not found here is the checkout's (ansible-inventory reads a missing path as an
+    empty inventory, so the plan would silently leave out the gate's starts)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--hosts", "2", "--load-seconds", "60", "--inventory", "inventories/example-8gpu"]) == 0
+    assert "1 more time(s)" in capsys.readouterr().out
+    assert main(["plan", "--hosts", "2", "--load-seconds", "60", "--inventory", "inventories/nowhere"]) == 2
+    assert "no inventory at inventories/nowhere" in capsys.readouterr().err
