@@ -537,13 +537,13 @@ print(f"prebuilt 2 Marlin MoE variants in {time.monotonic() - started:.1f} s")
 PREBUILD_TIMEOUT_S = 420  # both variants at once took ~320 s each alone on the H100
 
 
-def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> None:
+def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> float:
     """`--prebuild-jit` (SGLang): its slow JIT kernels built in parallel before the start, in the engine's
     interpreter and environment (out/command.json). Test-only, named in command.json's `prebuilt`: the
     start's READY then leaves out what the prebuild took. A failure is logged and left to the engine,
-    which builds what it does not find."""
+    which builds what it does not find. Returns its seconds (0 when none ran)."""
     if not getattr(args, "prebuild_jit", False) or args.engine != "sglang":
-        return
+        return 0.0
     record = json.loads((out / "command.json").read_text())
     before = kernels(config)
     started = time.monotonic()
@@ -560,13 +560,22 @@ def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> None:
     (out / "command.json").write_text(json.dumps(record, indent=2))
     log(f"prebuild (test-only, not in the start's seconds): exit {code} in {seconds} s; built: "
         f"{', '.join(built) or 'none'}; {' | '.join(said)}")  # fmt: skip
+    return seconds
+
+
+def shortened(watch: list[str], spent: float) -> list[str]:
+    """The watch's argv with SPENT seconds taken off its `--timeout`: a prebuild runs inside the same
+    bounded call, and a watch given the whole bound after it would be cut by the call's own `timeout`
+    (no verdict, no up.json: the next call could not go on with the start)."""
+    at = watch.index("--timeout") + 1
+    return [*watch[:at], str(max(60.0, float(watch[at]) - spent)), *watch[at + 1 :]]
 
 
 def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float]:
     """The rendered command started under `specdeploy watch`, which returns at its verdict and leaves
     a READY engine running (stop_engines() stops it): (exit, verdict line, seconds)."""
     watch, watch_env = watch_command(config, args, out)
-    prebuild_jit(config, args, out)
+    watch = shortened(watch, prebuild_jit(config, args, out))
     before = kernels(config)
     started = time.monotonic()
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)

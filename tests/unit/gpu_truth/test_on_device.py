@@ -511,8 +511,9 @@ def test_prebuild_jit_builds_in_the_engines_interpreter_and_environment_and_says
         print("prebuilt 2 Marlin MoE variants in 0.1 s")
     """))  # fmt: skip
     args = argparse.Namespace(prebuild_jit=True, engine="sglang")
-    on_device.prebuild_jit(config, args, out)
+    spent = on_device.prebuild_jit(config, args, out)
     prebuilt = json.loads((out / "command.json").read_text())["prebuilt"]
+    assert spent == prebuilt["seconds"] > 0
     assert prebuilt["exit"] == 0 and prebuilt["built"] == ["marlin_x"] and "prebuilt 2" in prebuilt["said"][-1]
     assert "not in the start's seconds" in said[-1]
     monkeypatch.setattr(on_device, "SGLANG_PREBUILD", "raise SystemExit('nvcc: not found')")
@@ -524,9 +525,18 @@ def test_prebuild_jit_builds_in_the_engines_interpreter_and_environment_and_says
     on_device.prebuild_jit(config, args, out)
     assert json.loads((out / "command.json").read_text())["prebuilt"]["exit"] is None
     (out / "command.json").write_text("{}")
-    on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=True, engine="vllm"), out)  # SGLang only
-    on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=False, engine="sglang"), out)  # asked only
+    assert on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=True, engine="vllm"), out) == 0  # SGLang only
+    assert on_device.prebuild_jit(config, argparse.Namespace(prebuild_jit=False, engine="sglang"), out) == 0
     assert json.loads((out / "command.json").read_text()) == {}
+
+
+def test_the_watch_after_a_prebuild_gets_what_is_left_of_the_call() -> None:
+    """A prebuild runs inside the same bounded `--phase up` call: its seconds come off the watch's
+    `--timeout`, so the watch reaches its verdict (and up.json) before the call's own `timeout` cuts it."""
+    watch = ["python3", "on_device.py", "watch", "--timeout", "545.0", "--diagnostics", "d", "--", "engine"]
+    assert on_device.shortened(watch, 320.0) == [*watch[:4], "225.0", *watch[5:]]
+    assert on_device.shortened(watch, 0.0) == watch
+    assert on_device.shortened(watch, 520.0)[4] == "60.0"  # the watch's floor: it still gives a verdict
 
 
 def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: Path, monkeypatch) -> None:
