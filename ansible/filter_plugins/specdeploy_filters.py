@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import asdict
 from typing import Any
 
 from specdeploy import names, pins
@@ -20,6 +21,7 @@ from specdeploy.gpu.facts import (
     query_gpu_command,
     query_gpu_rows,
 )
+from specdeploy.monitoring import scrape as monitoring_scrape
 from specdeploy.preflight import fit
 from specdeploy.preflight import host as hostchecks
 from specdeploy.preflight.platforms import platform_problems
@@ -173,6 +175,11 @@ def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
     return [len(batch) for batch in fleet_schedule.batches(list(hosts), max_unavailable)]
 
 
+def monitoring_targets(hosts: list[str], hostvars: Any) -> list[dict[str, Any]]:
+    """The engines' APIs Prometheus scrapes (specdeploy.monitoring.scrape.engine_targets)."""
+    return [asdict(t) for t in monitoring_scrape.engine_targets(list(hosts), hostvars)]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -187,6 +194,7 @@ class FilterModule:
             "specdeploy_sentinel_command": sentinel_command,
             "specdeploy_sentinel_path": fleet_sentinel.PATHS.__getitem__,
             "specdeploy_worker_url": worker_url,
+            "specdeploy_monitoring_targets": monitoring_targets,
             "specdeploy_remote_code_warnings": serving_variables.remote_code_warnings,
             "specdeploy_model_problems": serving_variables.model_problems,
             "specdeploy_platform_problems": platform_problems,

@@ -62,6 +62,7 @@ from specdeploy.fleet.engine_probes import (
     probe_metrics,
 )
 from specdeploy.fleet.router_api import SENTINEL_PORT, members_url, membership_url
+from specdeploy.fleet.sentinel_metrics import Tally
 
 # Where roles/sentinel installs it and roles/serving registers each engine (one rule, two roles).
 PATHS = {"workers": "/etc/specdeploy-sentinel/workers.d", "state": "/var/lib/specdeploy-sentinel/state.json"}
@@ -171,6 +172,7 @@ class Sentinel:
         self.transitions: list[dict[str, Any]] = []
         self.holds: set[str] = set()
         self.registered: dict[str, Worker] = {}  # by file name, re-read by run()
+        self.tally = Tally()  # GET /metrics
         self._load()
 
     def step(self, worker: Worker, probe: Probe, now: float | None = None) -> Decision:
@@ -197,15 +199,21 @@ class Sentinel:
                     return Decision(state)
                 new = replace(new, member=decision.action == "add", out_by_sentinel=decision.action == "remove")
                 verb = "OUT" if decision.action == "remove" else "BACK"
+                self.tally.moved(self.host_of(worker.url), decision.action, probe.kind)
                 self.say(f"sentinel: {verb} {worker.url}: {decision.reason}")
                 self.transitions.append({"time": now, "worker": worker.url, "to": verb.lower(),
                                          "reason": decision.reason})  # fmt: skip
                 del self.transitions[:-KEEP_TRANSITIONS]
             changed = new != self.states.get(worker.url) or decision.action is not None
             self.states[worker.url] = new
+            self.tally.state(self.host_of(worker.url), new.member, new.held)
             if changed:  # not on every probe: a steady engine writes nothing
                 self._save()
             return replace(decision, state=new)
+
+    def host_of(self, url: str) -> str:
+        """The registration's name (its inventory host) of the worker at URL: the metrics' `host` label."""
+        return next((name for name, w in self.registered.items() if w.url == url), url)
 
     def worker(self, name: str) -> Worker | None:
         """NAME's registration as last read (run() replaces the dict: re-read on every call)."""
@@ -250,7 +258,10 @@ class Sentinel:
             worker = current()
             if worker is None:
                 return
-            self.step(worker, self.look(worker, pace))
+            began = self.clock()
+            probe = self.look(worker, pace)
+            self.tally.probed(self.host_of(worker.url), probe.kind, self.clock() - began)
+            self.step(worker, probe)
             stop.wait(self.settings.health_every_s)
 
     def look(self, worker: Worker, pace: Pace) -> Probe:
@@ -290,7 +301,9 @@ class Sentinel:
         self.say(f"sentinel: watching the workers registered under {folder} (router 127.0.0.1:{self.router.port}, "
                  f"{every})")  # fmt: skip
         while not stop.is_set():
-            self.registered = read_workers(folder) if folder.is_dir() else {}
+            before, self.registered = self.registered, read_workers(folder) if folder.is_dir() else {}
+            for gone in before.keys() - self.registered.keys():
+                self.tally.forget(gone)
             for name, worker in self.registered.items():
                 if name not in threads or not threads[name].is_alive():
                     current = functools.partial(self.worker, name)
@@ -355,7 +368,8 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 
 def control_server(sentinel: Sentinel, port: int) -> ThreadingHTTPServer:
-    """The hold API on loopback: POST /hold or /release ?worker=URL, GET /state (no keys in it)."""
+    """The hold API on loopback: POST /hold or /release ?worker=URL, GET /state (no keys in it), and
+    GET /metrics (specdeploy.fleet.sentinel_metrics) for Prometheus."""
 
     class Control(JsonHandler):
         def do_POST(self) -> None:
@@ -368,8 +382,16 @@ def control_server(sentinel: Sentinel, port: int) -> ThreadingHTTPServer:
             self._reply(200, {"held": sorted(sentinel.holds)})
 
         def do_GET(self) -> None:
+            if urlsplit(self.path).path == "/metrics":
+                body = sentinel.tally.exposition().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if urlsplit(self.path).path != "/state":
-                self._reply(404, {"error": "GET /state"})
+                self._reply(404, {"error": "GET /state or /metrics"})
                 return
             with sentinel.lock:
                 doc = {"workers": {u: asdict(s) for u, s in sentinel.states.items()}, "held": sorted(sentinel.holds)}
