@@ -374,7 +374,7 @@ def _add_deploy_commands(sub: Any) -> None:
 
     dep = sub.add_parser("deploy", help="run ansible/site.yml against --host or the local test bed")
     _add_target_args(dep)
-    dep.add_argument("--tags", help="phases to run: preflight,provision,engine_image,deploy,verify")
+    dep.add_argument("--tags", help="phases to run: preflight,provision,engine_image,deploy,monitoring,verify")
     dep.add_argument(
         "--check",
         action="store_true",

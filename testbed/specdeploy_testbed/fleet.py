@@ -100,7 +100,17 @@ def fleet_lines(hosts: list[tuple[str, str]], root: Path, nnodes: int = 1) -> st
     password, key = ensure_secrets(root)
     vault = VaultLib([("default", VaultSecret(password.encode()))]).encrypt(key).decode()
     block = "".join(f"            {line}\n" for line in vault.splitlines())
-    lines = ["    router:\n", "      hosts:\n", f"        {hosts[ROUTER_HOST_INDEX][0]}: {{}}\n", "  hosts:\n"]
+    router = hosts[ROUTER_HOST_INDEX][0]
+    # Monitoring on the router's host (roles/monitoring: its router and sentinel metrics are on loopback).
+    lines = [
+        "    router:\n",
+        "      hosts:\n",
+        f"        {router}: {{}}\n",
+        "    monitoring:\n",
+        "      hosts:\n",
+        f"        {router}: {{}}\n",
+        "  hosts:\n",
+    ]
     for index, (name, address) in enumerate(hosts):
         lines += [
             f"    {name}:\n",

@@ -22,6 +22,7 @@ import yaml
 
 from specdeploy.connection import docker_client
 from specdeploy.fleet import schedule as fleet_schedule
+from specdeploy.monitoring import dashboards
 from specdeploy.serve.config import CONFIG_LABEL, CONTAINER, ServingConfig
 from specdeploy_testbed import fleet as testbed_fleet
 from specdeploy_testbed import testbed
@@ -35,6 +36,7 @@ from specdeploy_testbed.fleet import (
 )
 from specdeploy_testbed.load import Load
 from tests.integration.helpers import ROOT, Result, assert_clear_error, record_timing, specdeploy
+from tests.integration.monitoring_checks import query
 
 pytestmark = pytest.mark.integration
 ROLLOUT_S = 2400  # the load runs as long as the rolling deploy may
@@ -85,6 +87,28 @@ def test_the_router_spreads_completions_over_the_three_engines(fleet):
         assert http.post(f"{base}/v1/completions", json=body).status_code == 401
     served = {w: after.get(w, 0) - before.get(w, 0) for w in workers}
     assert all(n >= 1 for n in served.values()), served  # round_robin: about 4 each
+
+
+def test_prometheus_scrapes_every_engine_the_router_and_the_sentinel_and_every_panel_answers(fleet):
+    """roles/monitoring on the router's host (the fleet's inventory puts it in `monitoring`): every part
+    `up`, the sentinel's own metrics, and each vLLM dashboard query returning series."""
+    host = docker.from_env().containers.get(testbed.container_name(testbed.host_name(ROUTER_HOST)))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        up = query(host, "up == 1")
+        if all(f'host="{testbed.host_name(i + 1)}", instance=' in up for i in range(HOSTS)) and all(
+            f'job="{job}"' in up for job in ("specdeploy-router", "specdeploy-sentinel", "prometheus", "alertmanager")
+        ):
+            break
+        time.sleep(3)
+    assert up.count('job="specdeploy-engine"') == HOSTS, query(host, "up")
+    for job in ("specdeploy-router", "specdeploy-sentinel", "prometheus", "alertmanager"):
+        assert f'job="{job}"' in up, query(host, "up")
+    members = query(host, "specdeploy_sentinel_member == 1")
+    assert all(f'host="{testbed.host_name(i + 1)}"' in members for i in range(HOSTS)), members
+    assert "=>" in query(host, "specdeploy_sentinel_probes_total"), "the sentinel exports no probe counts"
+    for expr in dashboards.queries("vllm"):
+        assert "=>" in query(host, expr), f"no series for the panel query {expr}"
 
 
 def test_a_rolling_deploy_under_load_drops_no_request(fleet):

@@ -266,3 +266,26 @@ def test_a_draft_schedule_is_vllms_own_key_held_to_its_own_rules_and_sglangs_rea
     spec_fields = (sglang_site / "sglang/srt/arg_groups/fields/spec.py").read_text()
     assert "dynamically adjusts num_steps based on acceptance rate" in spec_fields
     assert "speculative_adaptive_config" in spec_fields and "per_batch_size" not in spec_fields
+
+
+def test_the_monitoring_metric_names_are_each_pinned_engines_own(vllm_site, sglang_site):
+    """specdeploy.monitoring.engine_metrics: every metric a rule or panel reads is declared by the pinned
+    release (a prometheus_client Counter adds `_total` to a name declared without it), and the labels they
+    filter on are the engine's: vLLM's `finished_reason` strings and `position`."""
+    from specdeploy.monitoring import engine_metrics  # noqa: PLC0415
+
+    sources = {
+        "vllm": "\n".join(p.read_text() for p in [*(vllm_site / "vllm/v1/metrics").glob("*.py"),
+                                                  vllm_site / "vllm/v1/spec_decode/metrics.py"]),
+        "sglang": (sglang_site / "sglang/srt/observability/metrics_collector.py").read_text(),
+    }  # fmt: skip
+    for metrics in (engine_metrics.VLLM, engine_metrics.SGLANG):
+        text = sources[metrics.engine]
+        missing = [n for n in metrics.names() if f'"{n}"' not in text and f'"{n.removesuffix("_total")}"' not in text]
+        assert not missing, f"{metrics.engine} declares no {missing}: re-read the release"
+    engine_init = (vllm_site / "vllm/v1/engine/__init__.py").read_text()
+    assert 'FINISH_REASON_STRINGS = ("stop", "length", "abort", "error", "repetition")' in engine_init
+    assert 'pos_labelnames = labelnames + ["position"]' in sources["vllm"]
+    # SGLang's acceptance is a gauge it sets (mostrecent): avg_over_time, never rate()
+    gauge = sources["sglang"].split('name="sglang:spec_accept_length"')[0].rsplit("Gauge(", 1)[1]
+    assert "Counter(" not in gauge

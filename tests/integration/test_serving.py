@@ -33,6 +33,7 @@ from specdeploy.watch.readiness import spec_counters
 from specdeploy_testbed import checkpoint as testbed_checkpoint
 from specdeploy_testbed import testbed
 
+from . import monitoring_checks
 from .helpers import CLI, ROOT, record_timing, specdeploy
 
 pytestmark = pytest.mark.integration
@@ -396,6 +397,12 @@ def test_endpoint_refuses_a_taken_local_port(deployed):
     assert run.returncode == 2, run.stderr
     assert f"local port {port} is taken" in run.stderr and "--local-port 8001" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_monitoring_scrapes_the_engine_fires_each_rule_and_answers_every_panel(deployed, docker_client, tmp_path):
+    """roles/monitoring beside this READY engine (tests/integration/monitoring_checks.py)."""
+    host = docker_client.containers.get(testbed.container_name("testbed-1"))
+    monitoring_checks.check(host, tmp_path, traffic=lambda: [complete_and_count() for _ in range(3)])
 
 
 def test_verify_passes_then_names_the_missing_container(deployed):

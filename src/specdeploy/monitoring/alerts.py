@@ -69,8 +69,11 @@ class AlertSettings:
         return out
 
 
-def _rule(name: str, expr: str, for_s: int, severity: str, summary: str, description: str,
-          **labels: str) -> dict[str, Any]:  # fmt: skip
+# Annotations name labels only, never `$value`: what they say is fixed by the rule and the labels, so
+# promtool's tests (which compare annotations too) hold every rule's words.
+def _rule(name: str, expr: str, for_s: int, severity: str, *words: str, **labels: str) -> dict[str, Any]:
+    """One alerting rule; WORDS are its summary, then its description."""
+    summary, description = words
     return {"alert": name, "expr": expr, "for": f"{for_s}s",
             "labels": {"severity": severity, **labels},
             "annotations": {"summary": summary, "description": description}}  # fmt: skip
@@ -88,16 +91,16 @@ def engine_rules(engine: str, settings: AlertSettings) -> list[dict[str, Any]]:
               "The sentinel takes it out of the router; `make logs HOST={{ $labels.host }}` shows why.",
               engine=engine),
         _rule("SpecdeployKVCacheSaturated", f"{m.kv_used()} > {settings.kv_saturated:g}", settings.saturated_s,
-              "warning", "{{ $labels.host }}: KV cache {{ $value | humanizePercentage }} used",
+              "warning", "{{ $labels.host }}: KV cache full",
               f"{engine}'s KV cache on {{{{ $labels.host }}}} has been above {settings.kv_saturated:.0%} for "
               f"{settings.saturated_s} s: requests queue or are preempted. Add replicas, lower "
               "serving_max_num_seqs, or raise serving_gpu_memory_fraction.", engine=engine),
         _rule("SpecdeployRequestsWaiting", f"{m.queued()} > 0", settings.saturated_s, "warning",
-              "{{ $labels.host }}: {{ $value }} request(s) waiting",
+              "{{ $labels.host }}: requests waiting",
               f"{engine} on {{{{ $labels.host }}}} has had requests queued for {settings.saturated_s} s.",
               engine=engine),
         _rule("SpecdeployEngineErrors", f"{m.error_ratio(f'{settings.error_window_s}s')} > {settings.error_ratio:g}",
-              0, "warning", "{{ $labels.host }}: {{ $value | humanizePercentage }} of requests failed",
+              0, "warning", "{{ $labels.host }}: requests failing",
               f"More than {settings.error_ratio:.0%} of {engine}'s finished requests on {{{{ $labels.host }}}} "
               f"failed over {settings.error_window_s} s.", engine=engine),
     ]  # fmt: skip
@@ -110,7 +113,7 @@ def acceptance_rule(target: EngineTarget, record: RecordedAcceptance, settings: 
     live = m.acceptance_length(f"{settings.acceptance_window_s}s", host=target.host)
     return _rule(
         "SpecdeployAcceptanceBelowGate", f"({live}) < {floor:g}", 0, "warning",
-        f"{{{{ $labels.host }}}}: acceptance {{{{ $value | printf \"%.2f\" }}}} below the gate's {record.acceptance_length:.2f}",
+        f"{{{{ $labels.host }}}}: acceptance below the gate's {record.acceptance_length:.2f}",
         f"EAGLE-3's mean acceptance length on {target.host} over {settings.acceptance_window_s} s is below "
         f"{floor:g} ({settings.acceptance_fraction:.0%} of the {record.acceptance_length:.2f} the gate measured "
         f"on {record.time} for image {record.image}, hardware {record.hardware}). Below that, speculation may cost "
@@ -138,7 +141,7 @@ def fleet_rules(settings: AlertSettings, router: bool) -> list[dict[str, Any]]:
             _rule("SpecdeployRouterErrors",
                   f"sum(rate({ROUTER_ERRORS}[{settings.error_window_s}s])) / "
                   f"sum(rate({ROUTER_REQUESTS}[{settings.error_window_s}s])) > {settings.error_ratio:g}",
-                  0, "warning", "the router: {{ $value | humanizePercentage }} of requests failed",
+                  0, "warning", "the router: requests failing",
                   f"More than {settings.error_ratio:.0%} of the router's requests failed over "
                   f"{settings.error_window_s} s."),
         ]  # fmt: skip
@@ -158,8 +161,9 @@ def rule_file(targets: list[EngineTarget], records: dict[str, RecordedAcceptance
             continue
         record = records.get(target.host)
         if record is None:
-            notes.append(f"{target.host}: no acceptance alert, since the gate has recorded no acceptance for what "
-                         "serves there (serving_bench_gate off, or no rollout since): it comes with the next gate")  # fmt: skip
+            notes.append(f"{target.host}: no acceptance alert, since the gate has recorded no acceptance for "
+                         "what serves there (serving_bench_gate off, or no rollout since): it comes with the next "
+                         "gate")  # fmt: skip
             continue
         rules.append(acceptance_rule(target, record, settings))
     return {"groups": [{"name": "specdeploy", "rules": rules}]}, notes

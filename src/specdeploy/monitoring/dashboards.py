@@ -47,7 +47,10 @@ def gate_text(records: list[RecordedAcceptance], speedups: dict[str, dict[int, f
     """The gate's record for each host, in Markdown: acceptance and speed-up per concurrency."""
     if not records:
         return "No gate record yet: the benchmark gate has not measured what serves."
-    lines = ["| host | gate acceptance | speed-up by concurrency | image | hardware | measured |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| host | gate acceptance | speed-up by concurrency | image | hardware | measured |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in records:
         ups = ", ".join(f"x{v:.2f} at {c}" for c, v in sorted(speedups.get(r.host, {}).items())) or "-"
         lines.append(f"| {r.host} | {r.acceptance_length:.2f} | {ups} | {r.image} | {r.hardware} | {r.time} |")

@@ -64,8 +64,7 @@ class EngineMetrics:
 
     def error_ratio(self, window: str) -> str:
         return (
-            f"sum by (host) (rate({self.failed_requests}[{window}]))"
-            f" / sum by (host) (rate({self.requests}[{window}]))"
+            f"sum by (host) (rate({self.failed_requests}[{window}])) / sum by (host) (rate({self.requests}[{window}]))"
         )
 
     def acceptance_length(self, window: str, host: str = "") -> str:

@@ -62,12 +62,10 @@ def compose(targets: list[EngineTarget], monitoring_host: str, ports: scrape.Por
     accepted = {h: recorded(h, b) for h, b in gates.items()}
     rules, notes = alerts.rule_file(targets, accepted, settings, router=bool(ports.router_metrics))
     speedups = {h: dict(b.speedup) for h, b in gates.items()}
-    boards = {
-        f"specdeploy-{engine}.json": json.dumps(
-            dashboards.dashboard(engine, [accepted[t.host] for t in targets if t.engine == engine and t.host in accepted],
-                                 speedups), indent=1)
-        for engine in sorted({t.engine for t in targets})
-    }  # fmt: skip
+    boards = {}
+    for engine in sorted({t.engine for t in targets}):
+        shown = [accepted[t.host] for t in targets if t.engine == engine and t.host in accepted]
+        boards[f"specdeploy-{engine}.json"] = json.dumps(dashboards.dashboard(engine, shown, speedups), indent=1)
     config = scrape.prometheus_config(targets, monitoring_host, ports)
     return MonitoringFiles(
         prometheus_yml=yaml.safe_dump(config, sort_keys=False),

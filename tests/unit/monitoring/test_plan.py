@@ -41,7 +41,9 @@ def test_the_acceptance_alert_follows_the_last_passed_gate(tmp_path: Path) -> No
     board = json.loads(files.dashboards["specdeploy-vllm.json"])
     text = board["panels"][-1]["options"]["content"]
     assert "x1.60 at 1, x0.93 at 64" in text and "2.30" in text
-    assert yaml.safe_load(files.prometheus_yml)["scrape_configs"][0]["static_configs"][0]["targets"] == ["10.0.0.1:8000"]
+    assert yaml.safe_load(files.prometheus_yml)["scrape_configs"][0]["static_configs"][0]["targets"] == [
+        "10.0.0.1:8000"
+    ]
     written = plan.write_dashboards(files, state=tmp_path)
     assert [p.name for p in written] == ["specdeploy-vllm.json"] and json.loads(written[0].read_text())["uid"]
 
