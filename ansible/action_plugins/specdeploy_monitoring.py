@@ -38,5 +38,6 @@ class ActionModule(SpecdeployAction):
         except ValueError as exc:
             raise SpecdeployError(str(exc), hint="fix the monitoring_alert_* variables") from exc
         written = plan.write_dashboards(files)
-        return {"changed": False, **files.to_dict(), "dashboard_files": [str(p) for p in written],
+        return {"changed": False, "prometheus_yml": files.prometheus_yml, "rules_yml": files.rules_yml,
+                "dashboards": files.dashboards, "notes": files.notes, "dashboard_files": [str(p) for p in written],
                 "msg": "; ".join(files.notes) or f"{len(targets)} engine(s) scraped"}  # fmt: skip

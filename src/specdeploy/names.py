@@ -22,6 +22,8 @@ SERVING_STATE_DIR = "/var/lib/specdeploy/serving"  # serving_state_dir: rollout.
 ROUTER_PORT = 8080  # router_port: the fleet's one OpenAI endpoint (vllm-router), on loopback
 ROUTER_METRICS_PORT = 29000  # router_metrics_port: the router's Prometheus port, on loopback
 SENTINEL_PORT = 8081  # sentinel_control_port: the sentinel's hold API on the router host's loopback
+PROMETHEUS_PORT = 9090  # monitoring_prometheus_port: on the monitoring host's loopback
+ALERTMANAGER_PORT = 9093  # monitoring_alertmanager_port: on the monitoring host's loopback
 
 # What roles/specdeploy_defaults hands every play, as specdeploy_defaults_<key>.
 ROLE_DEFAULTS: dict[str, str | int] = {
@@ -33,6 +35,8 @@ ROLE_DEFAULTS: dict[str, str | int] = {
     "router_port": ROUTER_PORT,
     "router_metrics_port": ROUTER_METRICS_PORT,
     "sentinel_port": SENTINEL_PORT,
+    "prometheus_port": PROMETHEUS_PORT,
+    "alertmanager_port": ALERTMANAGER_PORT,
 }
 ROLE_PREFIX = "specdeploy_defaults_"
 

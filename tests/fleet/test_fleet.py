@@ -97,12 +97,12 @@ def test_prometheus_scrapes_every_engine_the_router_and_the_sentinel_and_every_p
     while time.monotonic() < deadline:
         up = query(host, "up == 1")
         if all(f'host="{testbed.host_name(i + 1)}", instance=' in up for i in range(HOSTS)) and all(
-            f'job="{job}"' in up for job in ("specdeploy-router", "specdeploy-sentinel", "prometheus", "alertmanager")
+            f'job="{job}"' in up for job in ("router", "sentinel", "prometheus", "alertmanager")
         ):
             break
         time.sleep(3)
-    assert up.count('job="specdeploy-engine"') == HOSTS, query(host, "up")
-    for job in ("specdeploy-router", "specdeploy-sentinel", "prometheus", "alertmanager"):
+    assert up.count('job="engine"') == HOSTS, query(host, "up")
+    for job in ("router", "sentinel", "prometheus", "alertmanager"):
         assert f'job="{job}"' in up, query(host, "up")
     members = query(host, "specdeploy_sentinel_member == 1")
     assert all(f'host="{testbed.host_name(i + 1)}"' in members for i in range(HOSTS)), members

@@ -72,9 +72,9 @@ def check(container: Any, tmp_path: Path, traffic: Any) -> None:
     assert not {p for p in ports if p[1] in (9090, 9093, 9094, 9100) and p[0] not in ("127.0.0.1", "::1")}, ports
 
     deadline = time.monotonic() + 90
-    while "=> 1 @" not in query(container, 'up{job="specdeploy-engine"}') and time.monotonic() < deadline:
+    while "=> 1 @" not in query(container, 'up{job="engine"}') and time.monotonic() < deadline:
         time.sleep(2)
-    assert "=> 1 @" in query(container, 'up{job="specdeploy-engine"}'), query(container, "up")
+    assert "=> 1 @" in query(container, 'up{job="engine"}'), query(container, "up")
     traffic()  # real completions, so the engine's counters and histograms move
     time.sleep(12)  # two more scrapes (5 s apart): a rate has its two samples
     for expr in dashboards.queries("vllm"):

@@ -23,7 +23,7 @@ from tests.support import action_docs
 
 ROOT = Path(__file__).parents[2]
 ACTIONS = ("specdeploy_drafter", "specdeploy_engine_image_build", "specdeploy_engine_image_context",
-           "specdeploy_model_fit", "specdeploy_serve", "specdeploy_verify")  # fmt: skip
+           "specdeploy_model_fit", "specdeploy_monitoring", "specdeploy_serve", "specdeploy_verify")  # fmt: skip
 ANSIBLE_DOC = Path(sys.executable).parent / "ansible-doc"  # the venv's (.venv/bin)
 SECRET_WORDS = ("key", "token", "password", "secret", "credential")
 

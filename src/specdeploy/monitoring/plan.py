@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -24,10 +23,6 @@ class MonitoringFiles:
     rules_yml: str
     dashboards: dict[str, str]  # file name -> Grafana JSON
     notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prometheus_yml": self.prometheus_yml, "rules_yml": self.rules_yml,
-                "dashboards": self.dashboards, "notes": self.notes}  # fmt: skip
 
 
 def last_gate(host: str, state: Path | None = None) -> Bench | None:

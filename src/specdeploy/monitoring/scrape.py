@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specdeploy import names
 from specdeploy.monitoring.alerts import EngineTarget
 
-ENGINE_JOB, ROUTER_JOB, SENTINEL_JOB = "specdeploy-engine", "specdeploy-router", "specdeploy-sentinel"
+ENGINE_JOB, ROUTER_JOB, SENTINEL_JOB = "engine", "router", "sentinel"
 RULES_PATH = "/etc/prometheus/specdeploy-rules.yml"
 
 
@@ -25,8 +26,8 @@ RULES_PATH = "/etc/prometheus/specdeploy-rules.yml"
 class Ports:
     """Where the monitoring host's own parts listen (all on loopback)."""
 
-    prometheus: int = 9090
-    alertmanager: int = 9093
+    prometheus: int = names.PROMETHEUS_PORT
+    alertmanager: int = names.ALERTMANAGER_PORT
     router_metrics: int = 0  # 0: no router on this host
     sentinel: int = 0
 
