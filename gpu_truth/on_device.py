@@ -548,8 +548,12 @@ def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> float:
     before = kernels(config)
     started = time.monotonic()
     try:
-        done = subprocess.run([record["ran"][0], "-c", SGLANG_PREBUILD], env=record["env"], capture_output=True,
-                              text=True, timeout=PREBUILD_TIMEOUT_S, check=False)  # fmt: skip
+        # The engine's own environment: the watch's (this process's) with command.json's on top, as
+        # `/usr/bin/env K=V ...` gives it. command.json's alone (2026-12-07, H100) lacked the machine's own
+        # variables, and SGLang keyed its build differently (its compiler and packages are in the key): the
+        # engine rebuilt the prebuilt variant under another build-<key> folder, 3.3 MB there, 5.3 MB here.
+        done = subprocess.run([record["ran"][0], "-c", SGLANG_PREBUILD], env={**os.environ, **record["env"]},
+                              capture_output=True, text=True, timeout=PREBUILD_TIMEOUT_S, check=False)  # fmt: skip
         code, said = done.returncode, (done.stdout + done.stderr).strip().splitlines()[-3:]
     except subprocess.TimeoutExpired:
         code, said = None, [f"not done in {PREBUILD_TIMEOUT_S} s: left to the engine"]

@@ -503,8 +503,10 @@ def test_prebuild_jit_builds_in_the_engines_interpreter_and_environment_and_says
     (out / "command.json").write_text(json.dumps({"ran": [sys.executable, "-m", "sglang.launch_server"], "env": env}))
     said: list[str] = []
     monkeypatch.setattr(on_device, "log", said.append)
+    monkeypatch.setenv("CUDA_HOME", "/the/machines/cuda")  # the machine's own, not in command.json
     monkeypatch.setattr(on_device, "SGLANG_PREBUILD", textwrap.dedent("""
         import os, pathlib
+        assert os.environ["CUDA_HOME"] == "/the/machines/cuda", "the engine inherits the machine's variables"
         built = pathlib.Path(os.environ["SGLANG_JIT_CACHE_DIR"]) / "sm90a" / "sgl_kernel_jit_moe_wna16_marlin_x"
         built.mkdir(parents=True)
         (built / "marlin_x.so").write_bytes(b"k")
