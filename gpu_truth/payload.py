@@ -861,8 +861,9 @@ def main() -> None:
     print(
         "\nThe device calls (docs/gpu-truth.md). Send the first ALONE: when no machine comes, each call of a\n"
         "batch is refused at 15 s of device time (2026-12-05: 32 refusals cost 645 s). Once it has answered,\n"
-        "send the rest in ONE message (each must start within 30 s of the last), LEFT being the first\n"
-        "answer's budget_left_s:"
+        "send the rest in messages of about a dozen calls, each at once when the one before has answered: the\n"
+        "machine goes back 30 s after a call, and 38 calls took longer than that to send (2026-12-07). LEFT\n"
+        "is the first answer's budget_left_s:"
     )
     release = json.loads((out / "manifest.json").read_text())["release"]
     gates = tuple(args.gates.split(","))
