@@ -17,6 +17,21 @@ from specdeploy.paths import state_dir
 from specdeploy.record_types import Bench
 
 
+class _Dumper(yaml.SafeDumper):
+    """YAML for the files: Ansible hands its values in as tagged subclasses of str, int and float (ansible-core
+    2.19's data tagging), which the safe dumper refuses ("cannot represent an object"); they are written as
+    what they are."""
+
+
+for _kind, _represent in ((str, yaml.SafeDumper.represent_str), (bool, yaml.SafeDumper.represent_bool),
+                          (int, yaml.SafeDumper.represent_int), (float, yaml.SafeDumper.represent_float)):  # fmt: skip
+    _Dumper.add_multi_representer(_kind, _represent)
+
+
+def dump(doc: object) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
 @dataclass(frozen=True)
 class MonitoringFiles:
     prometheus_yml: str
@@ -63,8 +78,8 @@ def compose(targets: list[EngineTarget], monitoring_host: str, ports: scrape.Por
         boards[f"specdeploy-{engine}.json"] = json.dumps(dashboards.dashboard(engine, shown, speedups), indent=1)
     config = scrape.prometheus_config(targets, monitoring_host, ports)
     return MonitoringFiles(
-        prometheus_yml=yaml.safe_dump(config, sort_keys=False),
-        rules_yml=yaml.safe_dump(rules, sort_keys=False, width=1000),
+        prometheus_yml=dump(config),
+        rules_yml=dump(rules),
         dashboards=boards,
         notes=notes,
     )

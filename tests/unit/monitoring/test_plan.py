@@ -53,3 +53,15 @@ def test_no_record_no_acceptance_alert_and_bad_thresholds_refused(tmp_path: Path
     assert "SpecdeployAcceptanceBelowGate" not in files.rules_yml and files.notes
     with pytest.raises(ValueError, match="monitoring_alert_error_ratio"):
         plan.compose([TARGET], "router", Ports(), AlertSettings(error_ratio=2.0), state=tmp_path)
+
+
+class Tagged(str):
+    """What ansible-core 2.19 hands a plugin: a str subclass (its data tagging), which yaml.safe_dump refuses."""
+
+
+def test_values_ansible_hands_in_as_str_subclasses_are_written_as_plain_yaml(tmp_path: Path) -> None:
+    target = EngineTarget(Tagged("gpu-1"), Tagged("vllm"), "10.0.0.1:8000", speculative=False)
+    with pytest.raises(yaml.representer.RepresenterError):
+        yaml.safe_dump({"host": target.host})
+    files = plan.compose([target], Tagged("router"), Ports(), AlertSettings(), state=tmp_path)
+    assert yaml.safe_load(files.prometheus_yml)["scrape_configs"][0]["static_configs"][0]["labels"]["host"] == "gpu-1"
