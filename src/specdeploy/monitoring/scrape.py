@@ -2,7 +2,7 @@
 
 - Every engine's API (`/metrics`; rank 0 of a multi-node engine: the other ranks serve no HTTP. vLLM 0.33's
   `--headless` starts "no API servers" (`entrypoints/cli/serve.py`); SGLang 0.5.23 returns before its HTTP
-  server on `node_rank >= 1` (`srt/entrypoints/http_server.py`), its schedulers' metrics going through rank 0),
+  server on `node_rank >= 1` (`srt/entrypoints/http_server.py`)),
   at the address the router and the sentinel use (serving_fleet_address, else ansible_host). Neither pinned
   engine asks for its API key on `/metrics` (vLLM 0.33 guards only `/v1`, `/v2`, `/inference`, `/cohere`:
   `entrypoints/serve/middleware/authenticate.py`; SGLang 0.5.23 lets `/health`, `/ready` and `/metrics`
