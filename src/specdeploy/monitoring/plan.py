@@ -17,19 +17,12 @@ from specdeploy.paths import state_dir
 from specdeploy.record_types import Bench
 
 
-class _Dumper(yaml.SafeDumper):
-    """YAML for the files: Ansible hands its values in as tagged subclasses of str, int and float (ansible-core
-    2.19's data tagging), which the safe dumper refuses ("cannot represent an object"); they are written as
-    what they are."""
-
-
-for _kind, _represent in ((str, yaml.SafeDumper.represent_str), (bool, yaml.SafeDumper.represent_bool),
-                          (int, yaml.SafeDumper.represent_int), (float, yaml.SafeDumper.represent_float)):  # fmt: skip
-    _Dumper.add_multi_representer(_kind, _represent)
-
-
 def dump(doc: object) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000)
+    """YAML for the files. Ansible hands its values in as tagged subclasses of str, int and float
+    (ansible-core 2.19's data tagging), which yaml.safe_dump refuses ("cannot represent an object"): a JSON
+    round trip makes them the plain values they are."""
+    text: str = yaml.safe_dump(json.loads(json.dumps(doc)), sort_keys=False, width=1000)
+    return text
 
 
 @dataclass(frozen=True)
