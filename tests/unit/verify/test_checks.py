@@ -14,7 +14,7 @@ ROLES = Path(__file__).parents[3] / "roles"
 
 def _role_defaults() -> dict[str, object]:
     merged: dict[str, object] = {}
-    for role in ("nvidia_driver", "cuda_toolkit", "container_runtime", "router", "serving"):
+    for role in ("nvidia_driver", "cuda_toolkit", "container_runtime", "router", "serving", "monitoring"):
         merged |= yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
     return merged
 
