@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 from specdeploy.actions import SpecdeployAction
 from specdeploy.errors import SpecdeployError
 from specdeploy.monitoring import plan
-from specdeploy.monitoring.alerts import AlertSettings, EngineTarget
+from specdeploy.monitoring.alerts import AlertSettings
 from specdeploy.monitoring.scrape import Ports
+from specdeploy.monitoring.targets import EngineTarget
 
 
 class ActionModule(SpecdeployAction):

@@ -175,9 +175,9 @@ def fleet_serial(hosts: list[str], max_unavailable: int | str) -> list[int]:
     return [len(batch) for batch in fleet_schedule.batches(list(hosts), max_unavailable)]
 
 
-def monitoring_targets(hosts: list[str], hostvars: Any) -> list[dict[str, Any]]:
-    """The engines' APIs Prometheus scrapes (specdeploy.monitoring.scrape.engine_targets)."""
-    return [asdict(t) for t in monitoring_scrape.engine_targets(list(hosts), hostvars)]
+def monitoring_targets(hosts: list[str], hostvars: Any, monitoring_host: str) -> list[dict[str, Any]]:
+    """The engines' APIs Prometheus on MONITORING_HOST scrapes (specdeploy.monitoring.scrape.engine_targets)."""
+    return [asdict(t) for t in monitoring_scrape.engine_targets(list(hosts), hostvars, str(monitoring_host))]
 
 
 class FilterModule:

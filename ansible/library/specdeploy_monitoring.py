@@ -44,7 +44,7 @@ options:
 EXAMPLES = r"""
 - name: Compose Prometheus's configuration, the alert rules and the dashboards
   specdeploy_monitoring:
-    targets: "{{ groups['all'] | specdeploy_monitoring_targets(hostvars) }}"
+    targets: "{{ groups['all'] | specdeploy_monitoring_targets(hostvars, inventory_hostname) }}"
     ports: {prometheus: 9090, alertmanager: 9093, router_metrics: 29000, sentinel: 8081}
     alerts: {frozen_s: 60, acceptance_fraction: 0.9}
   register: monitoring_files

@@ -10,14 +10,15 @@ from typing import Any
 import yaml
 
 from specdeploy.monitoring import alerts
+from specdeploy.monitoring.targets import EngineTarget, RecordedAcceptance
 
 CASES = Path(__file__).with_name("alert_cases.yml")
 RULES_NAME = "specdeploy-rules.yml"
 
 
 def rules_for(context: dict[str, Any]) -> dict[str, Any]:
-    targets = [alerts.EngineTarget(**t) for t in context["targets"]]
-    records = {h: alerts.RecordedAcceptance(host=h, **r) for h, r in context["records"].items()}
+    targets = [EngineTarget(**t) for t in context["targets"]]
+    records = {h: RecordedAcceptance(host=h, **r) for h, r in context["records"].items()}
     doc, _ = alerts.rule_file(targets, records, alerts.AlertSettings(), router=bool(context["router"]))
     return doc
 

@@ -13,32 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeploy.monitoring.engine_metrics import of
+from specdeploy.monitoring.targets import EngineTarget, RecordedAcceptance
 
 SENTINEL_MEMBER = "specdeploy_sentinel_member"
 SENTINEL_HELD = "specdeploy_sentinel_held"
 ROUTER_REQUESTS, ROUTER_ERRORS = "vllm_router_requests_total", "vllm_router_request_errors_total"
-
-
-@dataclass(frozen=True)
-class EngineTarget:
-    """One engine's API (rank 0 of a multi-node engine: the headless ranks serve no HTTP)."""
-
-    host: str
-    engine: str  # vllm | sglang
-    address: str  # host:port, as the monitoring host reaches it
-    speculative: bool
-
-
-@dataclass(frozen=True)
-class RecordedAcceptance:
-    """The gate's mean acceptance length for what serves on HOST, and what it was measured on."""
-
-    host: str
-    acceptance_length: float
-    image: str
-    hardware: str
-    config_digest: str
-    time: str
 
 
 @dataclass(frozen=True)

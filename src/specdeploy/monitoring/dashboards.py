@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.monitoring.alerts import RecordedAcceptance
 from specdeploy.monitoring.engine_metrics import EngineMetrics, of
+from specdeploy.monitoring.targets import RecordedAcceptance
 
 WINDOW = "1m"
 SCHEMA_VERSION = 39  # Grafana 10/11's dashboard JSON

@@ -12,7 +12,8 @@ import yaml
 
 from specdeploy import records
 from specdeploy.monitoring import alerts, dashboards, scrape
-from specdeploy.monitoring.alerts import AlertSettings, EngineTarget, RecordedAcceptance
+from specdeploy.monitoring.alerts import AlertSettings
+from specdeploy.monitoring.targets import EngineTarget, RecordedAcceptance
 from specdeploy.paths import state_dir
 from specdeploy.record_types import Bench
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeploy import names
-from specdeploy.monitoring.alerts import EngineTarget
+from specdeploy.monitoring.targets import EngineTarget
 
 ENGINE_JOB, ROUTER_JOB, SENTINEL_JOB = "engine", "router", "sentinel"
 RULES_PATH = "/etc/prometheus/specdeploy-rules.yml"
@@ -34,16 +34,19 @@ class Ports:
     sentinel: int = 0
 
 
-def engine_targets(hosts: list[str], hostvars: Any) -> list[EngineTarget]:
+def engine_targets(hosts: list[str], hostvars: Any, monitoring_host: str = "") -> list[EngineTarget]:
     """One target per engine API in the inventory, from each host's composed `serving_config` (the
-    serving role's check sets it) and its address. A host without one is not an engine host."""
+    serving role's check sets it) and its address. A host without one is not an engine host. The
+    engine on MONITORING_HOST itself is reached on 127.0.0.1: its API binds loopback by default
+    (serving_bind_address), which its own host name does not reach."""
     out = []
     for host in hosts:
         facts = hostvars[host]
         config = facts.get("serving_config") or {}
         if not config or int(config.get("node_rank") or 0) != 0:
             continue
-        address = facts.get("serving_fleet_address") or facts.get("ansible_host") or host
+        address = "127.0.0.1" if host == monitoring_host else (
+            facts.get("serving_fleet_address") or facts.get("ansible_host") or host)  # fmt: skip
         out.append(EngineTarget(host=host, engine=str(config["engine"]), address=f"{address}:{int(config['port'])}",
                                 speculative=str(config.get("speculative_method") or "none") != "none"))  # fmt: skip
     return out

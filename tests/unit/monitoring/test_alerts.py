@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from specdeploy.monitoring import alerts
-from specdeploy.monitoring.alerts import AlertSettings, EngineTarget, RecordedAcceptance
+from specdeploy.monitoring.alerts import AlertSettings
+from specdeploy.monitoring.targets import EngineTarget, RecordedAcceptance
 from tests.support import promtool_cases
 
 VLLM = EngineTarget("gpu-1", "vllm", "10.0.0.1:8000", speculative=True)

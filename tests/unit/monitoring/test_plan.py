@@ -10,8 +10,9 @@ import yaml
 
 from specdeploy import records
 from specdeploy.monitoring import plan
-from specdeploy.monitoring.alerts import AlertSettings, EngineTarget
+from specdeploy.monitoring.alerts import AlertSettings
 from specdeploy.monitoring.scrape import Ports
+from specdeploy.monitoring.targets import EngineTarget
 
 TARGET = EngineTarget("gpu-1", "vllm", "10.0.0.1:8000", speculative=True)
 

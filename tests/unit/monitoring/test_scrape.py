@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdeploy.monitoring import scrape
-from specdeploy.monitoring.alerts import EngineTarget
+from specdeploy.monitoring.targets import EngineTarget
 
 HOSTVARS = {
     "gpu-1": {"ansible_host": "10.0.0.1", "serving_config": {"engine": "vllm", "port": 8000, "node_rank": 0,
@@ -21,6 +21,12 @@ def test_every_engine_api_is_a_target_at_the_fleets_address_and_headless_ranks_a
         EngineTarget("gpu-1", "vllm", "10.0.0.1:8000", speculative=True),
         EngineTarget("gpu-2", "sglang", "192.168.1.2:30000", speculative=False),
     ]
+
+
+def test_the_engine_on_the_monitoring_host_itself_is_reached_on_loopback() -> None:
+    """Its API binds 127.0.0.1 by default: its own name (10.0.0.1 here) would not reach it."""
+    targets = scrape.engine_targets(list(HOSTVARS), HOSTVARS, monitoring_host="gpu-1")
+    assert [t.address for t in targets] == ["127.0.0.1:8000", "192.168.1.2:30000"]
 
 
 def test_the_configuration_labels_each_target_with_its_host_and_keeps_the_router_host_parts_local() -> None:
