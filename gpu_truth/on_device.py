@@ -533,6 +533,8 @@ from sglang.kernels.ops.moe.moe_wna16_marlin import _jit_moe_wna16_marlin_module
 started = time.monotonic()
 parallel_compile([lambda zero=zero: marlin(torch.bfloat16, False, False, True, zero, True) for zero in (False, True)])
 print(f"prebuilt 2 Marlin MoE variants in {time.monotonic() - started:.1f} s")
+from sglang.kernels.jit.utils.compile import toolchain
+print("with (host, device) compilers", toolchain.compilers())
 """
 PREBUILD_TIMEOUT_S = 420  # both variants at once took ~320 s each alone on the H100
 
