@@ -23,7 +23,7 @@ TARGET_ARGS = $(if $(HOST),--host '$(HOST)') $(if $(SSH_KEY),--ssh-key '$(SSH_KE
 PYTEST = run_pytest() { rc=0; $(BIN)/pytest "$$@" || rc=$$?; \
            if [ $$rc -eq 5 ]; then echo "pytest: no tests collected in $$*"; rc=0; fi; return $$rc; }; run_pytest
 
-.PHONY: help setup setup-runtime testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-multinode test-gate test-report bench bench-first-deploy bench-prewarm bench-fleet gpu-truth deploy verify endpoint status logs rollback report clean
+.PHONY: help setup setup-runtime testbed fleet testbed-down lint generate test test-unit test-integration test-e2e test-images test-gpu-images test-faults test-patched-runtime test-fleet test-multinode test-gate test-report bench bench-first-deploy bench-prewarm bench-fleet gpu-truth deploy verify endpoint monitor status logs rollback report clean
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -151,6 +151,9 @@ verify: setup-runtime ## testinfra host verification of HOST, or the local test 
 
 endpoint: setup-runtime ## The engine's API on this machine through an SSH forward, until Ctrl-C (LOCAL_PORT=8000)
 	$(BIN)/specdeploy endpoint $(TARGET_ARGS) --local-port $(or $(LOCAL_PORT),8000)
+
+monitor: setup-runtime ## Prometheus and Alertmanager of the monitoring group here over SSH forwards, until Ctrl-C (INVENTORY=, LOCAL_PORT=9090)
+	$(BIN)/specdeploy monitor $(TARGET_ARGS) $(if $(INVENTORY),--inventory '$(INVENTORY)') --local-port $(or $(LOCAL_PORT),9090)
 
 status: setup-runtime ## The engine containers on HOST, or the local test bed
 	$(BIN)/specdeploy status $(TARGET_ARGS)

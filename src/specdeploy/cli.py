@@ -18,6 +18,7 @@ from specdeploy.connection import HostConnection
 from specdeploy.engine_image import dockerfile, profiles
 from specdeploy.errors import SpecdeployError
 from specdeploy.fleet import schedule
+from specdeploy.monitoring import consoles
 from specdeploy.patches import commands as patch_commands
 from specdeploy.paths import project_root, state_dir
 from specdeploy.playbook import run_playbook, unreachable_sentence
@@ -28,7 +29,7 @@ from specdeploy.serve import deploy as serve_deploy
 from specdeploy.serve import endpoint
 from specdeploy.serve import hosts as serving_hosts
 from specdeploy.serve.config import CONTAINER
-from specdeploy.targets import SshSettings, Target, probe
+from specdeploy.targets import SshSettings, Target, hold_forwards, probe
 from specdeploy.watch import cli as watch_cli
 
 err = Console(stderr=True, highlight=False)
@@ -95,11 +96,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     elif args.action == "down":
         testbed.down(purge=args.purge)
     else:
-        rows = testbed.status()
-        for name, state, addr in rows:
-            print(f"{name}\t{state}\t{addr}")
-        if not rows:
-            print("the test bed is down")
+        print("\n".join(f"{name}\t{state}\t{addr}" for name, state, addr in testbed.status()) or "the test bed is down")
     return 0
 
 
@@ -191,24 +188,26 @@ def cmd_endpoint(args: argparse.Namespace) -> int:
         for line in ep.example():
             print(f"  {line}", flush=True)
     err.print("Ctrl-C closes the forward.")
-    endpoint.hold(opened, err.print)
+    hold_forwards([(ep.host, forward) for ep, forward in opened], err.print)
     err.print("endpoint closed")
+    return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    inv = args.inventory or target_inventory(args, bring_up_testbed=False)
+    hostvars = serving_hosts.inventory_hostvars(inv)
+    opened = consoles.open_consoles(hostvars, serving_hosts.group_hosts(inv, "monitoring"), args.local_port)
+    for console, forward in opened:
+        err.print(f"{console.part}: [bold]{console.url}[/] -> {console.host} (127.0.0.1:{forward.remote_port} "
+                  f"there, over SSH): {console.state}")  # fmt: skip
+    err.print("Dashboards to import into your Grafana: .state/dashboards/ (docs/monitoring.md). Ctrl-C closes.")
+    hold_forwards([(console.name, forward) for console, forward in opened], err.print)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     rows = serving_hosts.status(target_inventory(args, bring_up_testbed=False))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    for host, containers in rows.items():
-        print(f"{host}:")
-        if not containers:
-            print("  no engine container (deploy with: make deploy)")
-        for name, row in containers.items():
-            tag = ",".join(row["tags"]) or row["image"][7:19]
-            print(f"  {name:28} {row['state']:8} exit={row['exit_code']} restarts={row['restarts']} "
-                  f"image={tag} started={row['started_at']}")  # fmt: skip
+    print(json.dumps(rows, indent=2) if args.json else "\n".join(serving_hosts.status_lines(rows)))
     running = all(c.get(CONTAINER, {}).get("state") == "running" for c in rows.values())
     return 0 if rows and running else 1
 
@@ -318,24 +317,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return watch_cli.BAD_INPUT
 
 
-def _pip_base(args: argparse.Namespace) -> profiles.PipBase | None:
-    if args.base == "official":
-        if args.base_image or args.engine_version or args.pip_ca_bundle:
-            raise SpecdeployError("--base-image, --engine-version and --pip-ca-bundle need --base pip")
-        return None
-    if not args.base_image:
-        raise SpecdeployError("--base pip needs --base-image (a plain Debian/Ubuntu image with apt)")
-    return profiles.PipBase(
-        args.base_image,
-        python_version=args.base_python,
-        engine_version=args.engine_version,
-        ca_bundle=Path(args.pip_ca_bundle) if args.pip_ca_bundle else None,
-    )
-
-
 def cmd_image(args: argparse.Namespace) -> int:
     prof = profiles.profile(args.profile)
-    base = _pip_base(args)
+    base = profiles.pip_base(args.base, args.base_image, args.base_python, args.engine_version, args.pip_ca_bundle)
     built = profiles.pip_profile(prof, base) if base else prof
     if args.action == "render":
         patch_digest = args.patch_digest or profiles.expected_patch_digest(built)
@@ -410,6 +394,14 @@ def _add_serving_commands(sub: Any) -> None:
     ept.add_argument("--local-port", type=int, default=endpoint.DEFAULT_LOCAL_PORT,
                      help=f"first local port (default {endpoint.DEFAULT_LOCAL_PORT}; 0: any free port)")  # fmt: skip
     ept.set_defaults(func=cmd_endpoint)
+
+    mon = sub.add_parser("monitor", help="the monitoring host's Prometheus and Alertmanager here, over SSH forwards")
+    _add_target_args(mon)
+    mon.add_argument("--inventory", type=_existing_file, help="an Ansible inventory with a monitoring group "
+                     "(default: the test bed's, or --host's)")  # fmt: skip
+    mon.add_argument("--local-port", type=int, default=consoles.DEFAULT_LOCAL_PORT,
+                     help=f"first local port (default {consoles.DEFAULT_LOCAL_PORT}; 0: any free port)")  # fmt: skip
+    mon.set_defaults(func=cmd_monitor)
 
     pln = sub.add_parser("plan", help="a fleet rollout on paper: batches, duration, lowest capacity, queue wait; "
                          "with --fit, one GPU's memory: weights, reserve, KV cache, concurrency")  # fmt: skip

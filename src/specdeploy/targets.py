@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from specdeploy.errors import SpecdeployError
@@ -166,6 +168,35 @@ def forward_port(target: Target, settings: SshSettings, remote_port: int) -> Ite
         yield forward.local
     finally:
         forward.stop()
+
+
+def hold_forwards(forwards: Sequence[tuple[str, Forward]], say: Callable[[str], None], poll_s: float = 1.0) -> None:
+    """Keep each (name, forward) up until SIGINT/SIGTERM, restarting any whose SSH session died, then
+    close them all (`specdeploy endpoint` and `specdeploy monitor`)."""
+    stop = False
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    down: set[str] = set()
+    try:
+        while not stop:
+            for name, forward in forwards:
+                if forward.ensure():
+                    if name in down:
+                        say(f"{name}: forward restored")
+                        down.discard(name)
+                elif name not in down:
+                    say(f"{name}: cannot reach the host; retrying (Ctrl-C to stop)")
+                    down.add(name)
+            time.sleep(poll_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for _, forward in forwards:
+            forward.stop()
 
 
 # The first pattern found in ssh's stderr decides the diagnosis; ssh exits 255 for all of them.

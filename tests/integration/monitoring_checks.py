@@ -6,13 +6,17 @@ and a rerun that changes nothing. Grafana itself is not installed or run anywher
 from __future__ import annotations
 
 import io
+import re
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
-from specdeploy.monitoring import dashboards
+from specdeploy.monitoring import consoles, dashboards
 from specdeploy.playbook import parse_recap, run_playbook
+from specdeploy.serve import hosts as serving_hosts
 from specdeploy_testbed import testbed
 from tests.support import promtool_cases
 
@@ -87,3 +91,21 @@ def check(container: Any, tmp_path: Path, traffic: Any) -> None:
 
     code, output = deploy_monitoring(tmp_path)
     assert code == 0 and parse_recap(output)[testbed.host_name(1)]["changed"] == 0, output[-3000:]
+    check_consoles()
+
+
+def check_consoles() -> None:
+    """`specdeploy monitor`'s forwards reach both loopback-only parts from here, over real SSH; the
+    test bed's own inventory has no monitoring group, and the command says so before any SSH."""
+    hostvars = serving_hosts.inventory_hostvars(testbed.paths().inventory)
+    opened = consoles.open_consoles(hostvars, [testbed.host_name(1)], 0)
+    try:
+        said = {console.part: console.state for console, _ in opened}
+        assert re.fullmatch(r"(\d+) of \1 scrape targets up", said["prometheus"]), said
+        assert said["alertmanager"] == "answering", said
+    finally:
+        for _, forward in opened:
+            forward.stop()
+    done = subprocess.run([sys.executable, "-m", "specdeploy.cli", "monitor"], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode != 0 and "no `monitoring` group" in done.stderr, done.stderr[-2000:]

@@ -196,6 +196,19 @@ class PipBase:
     ca_bundle: Path | None = None  # the CA certificates pip trusts in the build (a TLS-intercepting proxy)
 
 
+def pip_base(base: str, image: str | None, python_version: str, engine_version: str | None,
+             ca_bundle: str | None) -> PipBase | None:  # fmt: skip
+    """`specdeploy image --base official|pip ...` as a base: None for the official image, which takes none
+    of the pip base's settings (refused, so a setting is never silently dropped)."""
+    if base == "official":
+        if image or engine_version or ca_bundle:
+            raise SpecdeployError("--base-image, --engine-version and --pip-ca-bundle need --base pip")
+        return None
+    if not image:
+        raise SpecdeployError("--base pip needs --base-image (a plain Debian/Ubuntu image with apt)")
+    return PipBase(image, python_version, engine_version, Path(ca_bundle) if ca_bundle else None)
+
+
 def _pinned(distribution: str, version: str, requirement: str) -> str | None:
     """REQUIREMENT's exact pin (`torch==2.10.0`) in the release's wheel metadata, if it pins one."""
     site = wheels.release_sources(distribution, version)

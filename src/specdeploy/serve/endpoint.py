@@ -4,11 +4,8 @@ own key and known_hosts; it is restarted if its session drops, and closed on Ctr
 
 from __future__ import annotations
 
-import signal
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -73,30 +70,3 @@ def open_endpoints(hosts: Mapping[str, Mapping[str, Any]], local_port: int) -> l
 def close(opened: list[tuple[Endpoint, Forward]]) -> None:
     for _, forward in opened:
         forward.stop()
-
-
-def hold(opened: list[tuple[Endpoint, Forward]], say: Callable[[str], None], poll_s: float = 1.0) -> None:
-    """Keep the forwards up until SIGINT/SIGTERM, restarting any whose SSH session died."""
-    stop = False
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
-
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    down: set[str] = set()
-    try:
-        while not stop:
-            for endpoint, forward in opened:
-                if forward.ensure():
-                    if endpoint.host in down:
-                        say(f"{endpoint.host}: forward restored")
-                        down.discard(endpoint.host)
-                elif endpoint.host not in down:
-                    say(f"{endpoint.host}: cannot reach the host; retrying (Ctrl-C to stop)")
-                    down.add(endpoint.host)
-            time.sleep(poll_s)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        close(opened)

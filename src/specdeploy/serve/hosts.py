@@ -13,14 +13,31 @@ from specdeploy.playbook import ansible_env
 from specdeploy.serve import rollout
 
 
-def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
-    """Every host's variables as Ansible resolves them (group_vars included)."""
+def _listing(inventory: Path) -> dict[str, Any]:
+    """`ansible-inventory --list`: its JSON (Ansible's documented interface, not a human-facing text)."""
     proc = subprocess.run(["ansible-inventory", "-i", str(inventory), "--list"], capture_output=True, text=True,
                           env=ansible_env(), check=False)  # fmt: skip
     if proc.returncode != 0:
         raise SpecdeployError(f"ansible-inventory -i {inventory} failed: {proc.stderr.strip()[-500:]}")
-    hostvars: dict[str, dict[str, Any]] = json.loads(proc.stdout).get("_meta", {}).get("hostvars", {})
+    listing: dict[str, Any] = json.loads(proc.stdout)
+    return listing
+
+
+def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
+    """Every host's variables as Ansible resolves them (group_vars included)."""
+    hostvars: dict[str, dict[str, Any]] = _listing(inventory).get("_meta", {}).get("hostvars", {})
     return {name: {"inventory_hostname": name, **values} for name, values in hostvars.items()}
+
+
+def group_hosts(inventory: Path, group: str) -> list[str]:
+    """The hosts of GROUP and of its child groups, in the inventory's order, each once."""
+    listing = _listing(inventory)
+
+    def members(name: str) -> list[str]:
+        entry = listing.get(name) or {}
+        return [*entry.get("hosts", []), *(h for child in entry.get("children", []) for h in members(child))]
+
+    return list(dict.fromkeys(members(group)))
 
 
 def status(inventory: Path) -> dict[str, dict[str, Any]]:
@@ -28,6 +45,20 @@ def status(inventory: Path) -> dict[str, dict[str, Any]]:
     for name, hostvars in inventory_hostvars(inventory).items():
         out[name] = rollout.status(HostConnection.from_hostvars(hostvars).docker)
     return out
+
+
+def status_lines(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """`specdeploy status` in words: each host's engine containers, or how to deploy one."""
+    lines = []
+    for host, containers in rows.items():
+        lines.append(f"{host}:")
+        if not containers:
+            lines.append("  no engine container (deploy with: make deploy)")
+        for name, row in containers.items():
+            tag = ",".join(row["tags"]) or row["image"][7:19]
+            lines.append(f"  {name:28} {row['state']:8} exit={row['exit_code']} restarts={row['restarts']} "
+                         f"image={tag} started={row['started_at']}")  # fmt: skip
+    return lines
 
 
 def logs(inventory: Path, tail: int, container: str) -> dict[str, str]:

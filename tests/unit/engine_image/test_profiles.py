@@ -205,3 +205,15 @@ def test_the_build_space_and_loader_packages_are_the_profiles_and_unchanged():
             assert loader.requirements(name) == LOADER_PACKAGES_BEFORE.get((loader_name, name), ()), (loader_name, name)
             assert loaders.image_requirements(loader_name, name) == list(loader.requirements(name))
         assert loader.requirements("unknown") == ()
+
+
+def test_the_pip_base_from_the_command_line_and_its_refusals() -> None:
+    pip_base, PipBase = profiles.pip_base, profiles.PipBase
+    assert pip_base("official", None, "3.11", None, None) is None
+    assert pip_base("pip", "debian:12", "3.11", "0.33.0", "/ca.pem") == PipBase("debian:12", "3.11", "0.33.0",
+                                                                               Path("/ca.pem"))  # fmt: skip
+    for given, said in ((("official", "debian:12", "3.11", None, None), "need --base pip"),
+                        (("official", None, "3.11", "0.33.0", None), "need --base pip"),
+                        (("pip", None, "3.11", None, None), "needs --base-image")):  # fmt: skip
+        with pytest.raises(SpecdeployError, match=said):
+            pip_base(*given)
