@@ -89,9 +89,14 @@ def check(container: Any, tmp_path: Path, traffic: Any) -> None:
     tested = container.exec_run(["promtool", "test", "rules", "/tmp/specdeploy-promtool/specdeploy-rules.test.yml"])
     assert tested.exit_code == 0 and "SUCCESS" in tested.output.decode(), tested.output.decode()[-4000:]
 
+    check_consoles()
+    # A change to Prometheus's arguments restarts Prometheus only, and so does putting it back.
+    for extra in (["-e", "monitoring_retention=14d"], []):
+        code, output = deploy_monitoring(tmp_path, *extra)
+        assert code == 0 and "RUNNING HANDLER [monitoring : Restart Prometheus]" in output, output[-3000:]
+        assert "Restart Alertmanager" not in output, output[-3000:]
     code, output = deploy_monitoring(tmp_path)
     assert code == 0 and parse_recap(output)[testbed.host_name(1)]["changed"] == 0, output[-3000:]
-    check_consoles()
 
 
 def check_consoles() -> None:
