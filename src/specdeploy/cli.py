@@ -199,7 +199,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     opened = consoles.open_consoles(hostvars, serving_hosts.group_hosts(inv, "monitoring"), args.local_port)
     for console, forward in opened:
         err.print(f"{console.part}: [bold]{console.url}[/] -> {console.host} (127.0.0.1:{forward.remote_port} "
-                  f"there, over SSH): {console.state}")  # fmt: skip
+                  f"there, over SSH): {console.state}", soft_wrap=True)  # fmt: skip
     err.print("Dashboards to import into your Grafana: .state/dashboards/ (docs/monitoring.md). Ctrl-C closes.")
     hold_forwards([(console.name, forward) for console, forward in opened], err.print)
     return 0

@@ -11,6 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +113,25 @@ def test_prometheus_scrapes_every_engine_the_router_and_the_sentinel_and_every_p
     assert "=>" in query(host, "specdeploy_sentinel_probes_total"), "the sentinel exports no probe counts"
     for expr in dashboards.queries("vllm"):
         assert "=>" in query(host, expr), f"no series for the panel query {expr}"
+
+
+def test_make_monitor_forwards_both_consoles_here_and_counts_every_target_up(fleet):
+    """`specdeploy monitor` on the fleet's inventory (its `monitoring` group): over real SSH, Prometheus
+    says every scrape target is up (3 engines, the router, the sentinel, itself, Alertmanager), and
+    Alertmanager answers; Ctrl-C closes the forwards."""
+    proc = subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "monitor", "--local-port", "0"], cwd=ROOT,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    said, deadline = "", time.monotonic() + 120
+    assert proc.stderr is not None
+    while "Ctrl-C closes" not in said and proc.poll() is None and time.monotonic() < deadline:
+        if select.select([proc.stderr], [], [], 1)[0]:
+            said += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0, said
+    total = HOSTS + 4
+    assert re.search(rf"prometheus: http://127\.0\.0\.1:\d+ -> \S+ .*: {total} of {total} scrape targets up$",
+                     said, re.M), said  # fmt: skip
+    assert re.search(r"alertmanager: http://127\.0\.0\.1:\d+ -> .*: answering$", said, re.M), said
 
 
 def test_a_rolling_deploy_under_load_drops_no_request(fleet):
