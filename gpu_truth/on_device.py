@@ -323,6 +323,18 @@ def get_json(url: str, timeout: float = 10) -> Any:
         return json.loads(resp.read())
 
 
+def capture_metrics(where: Path, base: str = "") -> None:
+    """WHERE/metrics.txt: the READY engine's own `/metrics` after the gate's traffic, the exposition
+    roles/monitoring scrapes. No SGLang runs on the test bed, so this is where the dashboards' SGLang
+    queries can be held to real series (a later step). A failure is logged, never fatal."""
+    try:
+        with urllib.request.urlopen(f"{base or f'http://127.0.0.1:{PORT}'}/metrics", timeout=10) as resp:
+            (where / "metrics.txt").write_bytes(resp.read())
+        log(f"/metrics kept: {(where / 'metrics.txt').stat().st_size} bytes")
+    except OSError as exc:
+        log(f"/metrics not kept: {exc}")
+
+
 ENGINE_MARKERS = ("vllm.entrypoints", "sglang.launch_server", "sglang.srt")
 
 
@@ -667,6 +679,8 @@ def gate(args: argparse.Namespace) -> int:
             measure_baseline(judge, local, started, args, kept=kept, out=out, key=key)
         elif started[0] == 0:
             measure_speculative(judge, local, started, args, out=out, baseline=baseline)
+        if started[0] == 0:
+            capture_metrics(where)
     finally:
         stop_engines()
         live_log = live_records(where) / "engine.log"

@@ -5,11 +5,13 @@ result in the client's layout: what runs on the H200 is the real vLLM."""
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import shutil
 import sys
 import tarfile
 import textwrap
+import threading
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -561,3 +563,28 @@ def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: 
     # A later call (the watch resumed on the same start) keeps the first call's "before".
     on_device.kernels_record(config, tmp_path)
     assert json.loads((tmp_path / "engine-cache-kernels.json").read_text())["before"] == record["before"]
+
+
+def test_the_engines_own_metrics_are_kept_and_a_silent_one_is_only_logged(tmp_path: Path) -> None:
+    exposition = b'# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="m"} 2.3\n'
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.end_headers()
+            self.wfile.write(exposition if self.path == "/metrics" else b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        on_device.capture_metrics(tmp_path, f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (tmp_path / "metrics.txt").read_bytes() == exposition
+    (tmp_path / "metrics.txt").unlink()
+    on_device.capture_metrics(tmp_path, f"http://127.0.0.1:{server.server_address[1]}")  # nothing listens now
+    assert not (tmp_path / "metrics.txt").exists()
