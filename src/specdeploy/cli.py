@@ -187,8 +187,7 @@ def cmd_endpoint(args: argparse.Namespace) -> int:
             err.print("  the API key is required: export OPENAI_API_KEY=<your serving_api_key>")
         for line in ep.example():
             print(f"  {line}", flush=True)
-    err.print("Ctrl-C closes the forward.")
-    hold_forwards([(ep.host, forward) for ep, forward in opened], err.print)
+    hold_forwards([(ep.host, forward) for ep, forward in opened], err.print, "Ctrl-C closes the forward.")
     err.print("endpoint closed")
     return 0
 
@@ -200,8 +199,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     for console, forward in opened:
         err.print(f"{console.part}: [bold]{console.url}[/] -> {console.host} (127.0.0.1:{forward.remote_port} "
                   f"there, over SSH): {console.state}", soft_wrap=True)  # fmt: skip
-    err.print("Dashboards to import into your Grafana: .state/dashboards/ (docs/monitoring.md). Ctrl-C closes.")
-    hold_forwards([(console.name, forward) for console, forward in opened], err.print)
+    err.print("Dashboards to import into your Grafana: .state/dashboards/ (docs/monitoring.md).")
+    hold_forwards([(console.name, forward) for console, forward in opened], err.print, "Ctrl-C closes the forwards.")
     return 0
 
 

@@ -170,9 +170,11 @@ def forward_port(target: Target, settings: SshSettings, remote_port: int) -> Ite
         forward.stop()
 
 
-def hold_forwards(forwards: Sequence[tuple[str, Forward]], say: Callable[[str], None], poll_s: float = 1.0) -> None:
+def hold_forwards(forwards: Sequence[tuple[str, Forward]], say: Callable[[str], None], held: str,
+                  poll_s: float = 1.0) -> None:  # fmt: skip
     """Keep each (name, forward) up until SIGINT/SIGTERM, restarting any whose SSH session died, then
-    close them all (`specdeploy endpoint` and `specdeploy monitor`)."""
+    close them all (`specdeploy endpoint` and `specdeploy monitor`). HELD is said once Ctrl-C is caught
+    here: said before, a Ctrl-C in between would end the command with a traceback's exit code."""
     stop = False
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -180,6 +182,7 @@ def hold_forwards(forwards: Sequence[tuple[str, Forward]], say: Callable[[str], 
         stop = True
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    say(held)
     down: set[str] = set()
     try:
         while not stop:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import select
 import signal
@@ -120,14 +121,17 @@ def test_make_monitor_forwards_both_consoles_here_and_counts_every_target_up(fle
     says every scrape target is up (3 engines, the router, the sentinel, itself, Alertmanager), and
     Alertmanager answers; Ctrl-C closes the forwards."""
     proc = subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "monitor", "--local-port", "0"], cwd=ROOT,
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)  # fmt: skip
-    said, deadline = "", time.monotonic() + 120
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)  # fmt: skip
+    said, deadline = b"", time.monotonic() + 120
     assert proc.stderr is not None
-    while "Ctrl-C closes" not in said and proc.poll() is None and time.monotonic() < deadline:
+    # Raw reads of the pipe: a buffered readline() can hold lines that select() then never reports.
+    while b"Ctrl-C closes" not in said and proc.poll() is None and time.monotonic() < deadline:
         if select.select([proc.stderr], [], [], 1)[0]:
-            said += proc.stderr.readline()
+            said += os.read(proc.stderr.fileno(), 65536)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 0, said
+    code = proc.wait(timeout=30)
+    said = (said + proc.stderr.read()).decode()
+    assert code == 0 and "Ctrl-C closes" in said, said
     total = HOSTS + 4
     assert re.search(rf"prometheus: http://127\.0\.0\.1:\d+ -> \S+ .*: {total} of {total} scrape targets up$",
                      said, re.M), said  # fmt: skip
