@@ -54,6 +54,16 @@ def describe(host: str, part: str, forward: Forward) -> Console:
     return Console(host, part, base, state)
 
 
+def remote_port(host: str, variable: str, value: Any, default: int) -> int:
+    """The port VARIABLE sets in the inventory (a plain number: `ansible-inventory` renders no template)."""
+    if value in (None, ""):
+        return default
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    raise SpecdeployError(f"{host}: {variable} is {value!r}, not a port number this command can read",
+                          hint=f"set {variable} to a number in the inventory")  # fmt: skip
+
+
 def open_consoles(hostvars: Mapping[str, Mapping[str, Any]], monitoring: Sequence[str],
                   local_port: int) -> list[tuple[Console, Forward]]:  # fmt: skip
     """Prometheus and Alertmanager of each MONITORING host, on LOCAL_PORT, LOCAL_PORT+1, ... (0: any free)."""
@@ -67,7 +77,7 @@ def open_consoles(hostvars: Mapping[str, Mapping[str, Any]], monitoring: Sequenc
             for part, variable, default in PARTS:
                 port = local_port + len(opened) if local_port else 0
                 forward = HostConnection.from_hostvars(hostvars[host]).forward(
-                    int(hostvars[host].get(variable) or default), port
+                    remote_port(host, variable, hostvars[host].get(variable), default), port
                 )
                 forward.start()
                 opened.append((describe(host, part, forward), forward))

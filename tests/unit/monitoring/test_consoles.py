@@ -3,6 +3,8 @@ before any SSH."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specdeploy.errors import SpecdeployError
@@ -32,3 +34,11 @@ def test_no_monitoring_group_is_refused_with_the_way_to_add_one() -> None:
     with pytest.raises(SpecdeployError) as raised:
         consoles.open_consoles({"gpu-1": {"ansible_host": "10.0.0.1"}}, [], 9090)
     assert "no `monitoring` group" in str(raised.value) and "--tags monitoring" in str(raised.value.hint)
+
+
+def test_the_inventorys_port_is_taken_when_it_is_a_number_and_a_template_is_refused_by_name() -> None:
+    assert consoles.remote_port("gpu-1", "monitoring_prometheus_port", None, 9090) == 9090
+    assert consoles.remote_port("gpu-1", "monitoring_prometheus_port", "9190", 9090) == 9190
+    assert consoles.remote_port("gpu-1", "monitoring_prometheus_port", 9290, 9090) == 9290
+    with pytest.raises(SpecdeployError, match=re.escape("gpu-1: monitoring_prometheus_port is '{{ port }}'")):
+        consoles.remote_port("gpu-1", "monitoring_prometheus_port", "{{ port }}", 9090)
