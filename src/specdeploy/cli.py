@@ -193,6 +193,8 @@ def cmd_endpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    if args.inventory and args.host:  # the inventory names its hosts: a --host beside it would be dropped
+        raise SpecdeployError("give --inventory or --host, not both", hint="make monitor INVENTORY=... (no HOST)")
     inv = args.inventory or target_inventory(args, bring_up_testbed=False)
     hostvars = serving_hosts.inventory_hostvars(inv)
     opened = consoles.open_consoles(hostvars, serving_hosts.group_hosts(inv, "monitoring"), args.local_port)

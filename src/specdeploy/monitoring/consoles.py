@@ -74,11 +74,10 @@ def open_consoles(hostvars: Mapping[str, Mapping[str, Any]], monitoring: Sequenc
     opened: list[tuple[Console, Forward]] = []
     try:
         for host in monitoring:
+            connection = HostConnection.from_hostvars(hostvars[host])
             for part, variable, default in PARTS:
                 port = local_port + len(opened) if local_port else 0
-                forward = HostConnection.from_hostvars(hostvars[host]).forward(
-                    remote_port(host, variable, hostvars[host].get(variable), default), port
-                )
+                forward = connection.forward(remote_port(host, variable, hostvars[host].get(variable), default), port)
                 forward.start()
                 opened.append((describe(host, part, forward), forward))
     except BaseException:
