@@ -232,6 +232,11 @@ def test_only(
         # accepted token; real-draft-token (topk 1, as rendered) keeps the drafter's tokens.
         env |= {"SGLANG_SIMULATE_ACC_LEN": str(args.acceptance), "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
         named |= {"SGLANG_SIMULATE_ACC_LEN": args.acceptance, "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+    if engine == "sglang":
+        # A JIT build the engine finds and does not take is logged with the file that changed, at info
+        # (`kernels/jit/utils/compile/cache.find_prebuilt`); otherwise a miss shows only as a slow capture.
+        env["SGLANG_JIT_CACHE_DEBUG"] = "1"
+        named["SGLANG_JIT_CACHE_DEBUG"] = "1"
     if serves_kimi_text_only(engine, args):
         named["config_language_model_only"] = True
     return argv, env, named
@@ -476,12 +481,29 @@ def with_engine_cache(config: Any, args: argparse.Namespace) -> Any:
     return replace(config, cache_dir=str(folder))
 
 
+def unlinked(env: dict[str, str], config: Any) -> dict[str, str]:
+    """ENV with each path under CACHE_MOUNT (here a link to the keyed folder: a container has a bind mount)
+    named through the folder itself. SGLang 0.5.23 leaves a build's own staging files out of the dependency
+    list it keys the build by, telling them apart by comparing each *resolved* path with its *unresolved*
+    staging folder (`kernels/jit/utils/compile/cache._to_entries`). Through a link every build recorded its
+    staging `cuda.cu`, gone once the build is published, and no later process could find it (H100,
+    2026-12-07: the prebuilt Marlin kernel built again inside the capture, 370 s)."""
+    from specdeploy.serve.engine_cache import CACHE_MOUNT  # noqa: PLC0415
+
+    folder = str(Path(config.cache_dir).resolve()) if getattr(config, "cache_dir", "") else ""
+    if not folder:
+        return env
+    return {k: folder + v[len(CACHE_MOUNT) :] if v == CACHE_MOUNT or v.startswith(f"{CACHE_MOUNT}/") else v
+            for k, v in env.items()}  # fmt: skip
+
+
 def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[list[str], dict[str, str]]:
     """The rendered command under `specdeploy watch` (argv, environment), its command.json written."""
     out.mkdir(parents=True, exist_ok=True)
     sites = ":".join(str(site(e)) if not e.startswith("/") else e for e in args.site or [args.engine])
-    env = {**config.environment(), "PYTHONPATH": sites, "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}",
-           "PYTHONUNBUFFERED": "1", **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
+    env = {**unlinked(config.environment(), config), "PYTHONPATH": sites,
+           "PATH": f"{sites.split(':')[0]}/bin:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+           **dict(kv.split("=", 1) for kv in args.env)}  # fmt: skip
     argv, extra_env, named = test_only(engine_argv(config.command()), args.engine, args)
     env |= extra_env
     record = {
@@ -524,11 +546,33 @@ def kernels_record(config: Any, out: Path, before: dict[str, list[float]] | None
         before = json.loads(record.read_text())["before"] if record.is_file() else {}
     after = kernels(config)
     built = sorted(k for k, v in after.items() if before.get(k) != v)
-    record.write_text(json.dumps({"before": before, "after": after, "built": built}, indent=2))
+    dead = unfindable(Path(getattr(config, "cache_dir", "") or "/nonexistent"))
+    record.write_text(json.dumps({"before": before, "after": after, "built": built, "unfindable": dead}, indent=2))
     log(
         f"engine cache: {len(before)} kernels before the start, {len(after)} after; built: "
         + (", ".join(Path(k).stem for k in built) or "none")
     )
+    if dead:
+        names = ", ".join(Path(d).parts[2] if len(Path(d).parts) > 2 else d for d in dead)
+        log(f"engine cache: {len(dead)} JIT builds no later start can find (a file their sgl_deps.json "
+            f"records is gone): {names}")  # fmt: skip
+
+
+def unfindable(folder: Path) -> list[str]:
+    """SGLang's JIT builds under FOLDER that no later process can find: SGLang takes a build only when every
+    dependency its `sgl_deps.json` records still hashes as recorded (`cache.find_prebuilt`), so one that
+    records a file since gone (its own staging `cuda.cu`, 2026-12-07) is built again by every start. Only
+    absolute entries are checked: the anchored ones (`kernels`, `tvm_ffi`, ...) resolve against the
+    engine's own packages."""
+    dead = []
+    for deps in sorted(folder.rglob("sgl_deps.json")) if folder.is_dir() else []:
+        try:
+            entries = json.loads(deps.read_text())
+        except (OSError, ValueError):
+            entries = None  # unreadable: SGLang skips the leaf too
+        if entries is None or any(e[0] == "abs" and not Path(e[1]).is_file() for e in entries):
+            dead.append(str(deps.parent.relative_to(folder)))
+    return dead
 
 
 # SGLang 0.5.23 JIT-builds two WNA16 Marlin MoE variants one after the other inside its first prefill

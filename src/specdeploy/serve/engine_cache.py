@@ -18,6 +18,11 @@ What each pinned release reads (held to the wheels by tests/integration/test_eng
   (`kernels/jit/utils/compile/cache.cache_root`); and the same Triton and FlashInfer variables;
 - both: `CUDA_CACHE_PATH`, the CUDA driver's cache of kernels it compiled from PTX.
 
+The variables name the mount itself, never a path through a link: SGLang 0.5.23 keeps a JIT build only
+if the build's own staging files are left out of its dependency list. It tells them apart by comparing
+resolved paths with its unresolved staging folder, so through a link no later start finds the build
+(H100, 2026-12-07; docs/engine-facts.md). A bind mount is not a link.
+
 Nothing here varies per run: the mount and the variables are the same for every start of one image on
 one host, so the engines' own cache keys stay stable (tests/unit/serve/test_engine_cache.py).
 A corrupt or half-written cache must not fail a start: each engine checks its artifacts and rebuilds

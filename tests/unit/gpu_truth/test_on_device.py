@@ -301,14 +301,17 @@ def test_the_test_only_settings_are_added_to_the_rendering_and_named() -> None:
     # speculation off: nothing to set the acceptance of
     assert on_device.test_only(["x"], "vllm", _args(acceptance=2.3)) == (["x"], {}, {})
     argv, env, named = on_device.test_only(["x", "--speculative-algorithm", "EAGLE3"], "sglang", _args(acceptance=1.6))
-    assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+    assert env == {"SGLANG_SIMULATE_ACC_LEN": "1.6", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
+                   "SGLANG_JIT_CACHE_DEBUG": "1"}  # fmt: skip
     assert named["SGLANG_SIMULATE_ACC_LEN"] == 1.6 and argv == ["x", "--speculative-algorithm", "EAGLE3"]
     # SGLang on a Kimi-K2.5 form: text only by the form's config (0.5.23 refuses the flag for the
     # architecture), so the command stays the rendered one and the record names the setting
     for form in (_args(form="full-depth"), _args(architecture="kimi_k25")):
         argv, _, named = on_device.test_only(["x"], "sglang", form)
-        assert argv == ["x"] and named == {"config_language_model_only": True}
-    assert on_device.test_only(["x"], "sglang", _args(architecture="deepseek_v3")) == (["x"], {}, {})
+        assert argv == ["x"] and named == {"config_language_model_only": True, "SGLANG_JIT_CACHE_DEBUG": "1"}
+    # every SGLang start says why it passed over a JIT build it found (the H100's misses of 2026-12-07)
+    debug = {"SGLANG_JIT_CACHE_DEBUG": "1"}
+    assert on_device.test_only(["x"], "sglang", _args(architecture="deepseek_v3")) == (["x"], debug, debug)
     assert on_device.test_only(["x"], "vllm", _args(form="full-depth")) == (["x"], {}, {})
 
 
@@ -563,6 +566,69 @@ def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: 
     # A later call (the watch resumed on the same start) keeps the first call's "before".
     on_device.kernels_record(config, tmp_path)
     assert json.loads((tmp_path / "engine-cache-kernels.json").read_text())["before"] == record["before"]
+
+
+def test_the_engine_is_told_its_cache_through_the_folder_itself_never_the_link(tmp_path, monkeypatch) -> None:
+    """H100, 2026-12-07: through the harness's link at CACHE_MOUNT, SGLang 0.5.23 recorded each JIT build's
+    own staging `cuda.cu` among its dependencies (it compares resolved paths with its unresolved staging
+    folder), so no later process found a build: the prebuilt Marlin kernel was built again in the capture.
+    The variables the engine gets now name the keyed folder, which no link stands in."""
+    from specdeploy.serve import engine_cache  # noqa: PLC0415
+
+    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(on_device, "place", lambda link, to: None)
+    values = on_device.inventory_vars(on_device.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"])
+    config = on_device.with_engine_cache(on_device.render(values), argparse.Namespace(engine="sglang",
+                                                                                    no_engine_cache=False))  # fmt: skip
+    env = on_device.unlinked(config.environment(), config)
+    named = {k: v for k, v in env.items() if k in engine_cache.VARIABLES["sglang"]}
+    assert named["SGLANG_JIT_CACHE_DIR"] == f"{Path(config.cache_dir).resolve()}/sglang-jit"
+    assert set(named) == set(engine_cache.VARIABLES["sglang"])
+    assert all(Path(v).is_relative_to(Path(config.cache_dir).resolve()) for v in named.values())
+    assert not any(engine_cache.CACHE_MOUNT in v for v in env.values())
+    assert {k: v for k, v in env.items() if k not in named} == {
+        k: v for k, v in config.environment().items() if k not in named
+    }  # nothing else touched
+    # a folder reached through a link of its own is named by its real path
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "store")
+    linked = types.SimpleNamespace(cache_dir=str(tmp_path / "elsewhere" / "engine-cache" / Path(config.cache_dir).name))
+    assert on_device.unlinked({"X": engine_cache.CACHE_MOUNT}, linked) == {"X": config.cache_dir}
+    assert on_device.unlinked({"X": engine_cache.CACHE_MOUNT}, types.SimpleNamespace(cache_dir="")) == {
+        "X": engine_cache.CACHE_MOUNT
+    }
+
+
+def test_a_jit_build_recording_a_file_since_gone_is_named_unfindable(tmp_path: Path, monkeypatch) -> None:
+    """The recorded leaf of the H100 run (tests/data/gpu_truth/sglang-0.5.23-full-depth-h100-gate/
+    acc1.6-linked-cache-jit-leaf/) names its staging `cuda.cu` first: SGLang can never take it again, and
+    the start's kernel record says so. A leaf whose recorded files are all there is not named."""
+    leaf_data = RUNS / "sglang-0.5.23-full-depth-h100-gate" / "acc1.6-linked-cache-jit-leaf"
+    recorded = json.loads((leaf_data / "deps-0465d43c7a73c337.sgl_deps.json").read_text())
+    assert recorded[0][0] == "abs" and "/.staging-" in recorded[0][1] and recorded[0][1].endswith("/cuda.cu")
+    cache = tmp_path / "cache"
+    dead = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_moe_wna16_marlin" / "build-1" / "deps-0465d43c7a73c337"
+    dead.mkdir(parents=True)
+    (dead / "sgl_deps.json").write_text(json.dumps(recorded))
+    header = tmp_path / "dequant.h"
+    header.write_text("// a dependency still in place")
+    good = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_norm" / "build-2" / "deps-2"
+    good.mkdir(parents=True)
+    (good / "sgl_deps.json").write_text(json.dumps([["abs", str(header), "00"], ["kernels", "csrc/x.h", "11"]]))
+    torn = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_rope" / "build-3" / "deps-3"
+    torn.mkdir(parents=True)
+    (torn / "sgl_deps.json").write_text('[["abs", "/x"')  # half-written
+    assert on_device.unfindable(cache) == [
+        "sglang-jit/sm90a/sgl_kernel_jit_moe_wna16_marlin/build-1/deps-0465d43c7a73c337",
+        "sglang-jit/sm90a/sgl_kernel_jit_rope/build-3/deps-3",
+    ]
+    said: list[str] = []
+    monkeypatch.setattr(on_device, "log", said.append)
+    on_device.kernels_record(types.SimpleNamespace(cache_dir=str(cache)), tmp_path, {})
+    record = json.loads((tmp_path / "engine-cache-kernels.json").read_text())
+    assert len(record["unfindable"]) == 2
+    assert said[-1].startswith("engine cache: 2 JIT builds no later start can find") and "moe_wna16_marlin" in said[-1]
+    header.unlink()  # the good leaf's own file gone: it is unfindable too
+    assert len(on_device.unfindable(cache)) == 3
 
 
 def test_the_engines_own_metrics_are_kept_and_a_silent_one_is_only_logged(tmp_path: Path) -> None:
