@@ -719,12 +719,16 @@ def gate(args: argparse.Namespace) -> int:
     if started is None:  # --phase up: the engine left READY for the next call
         return 0 if engine_groups() else 1
     try:
-        if args.baseline:
-            measure_baseline(judge, local, started, args, kept=kept, out=out, key=key)
-        elif started[0] == 0:
-            measure_speculative(judge, local, started, args, out=out, baseline=baseline)
-        if started[0] == 0:
-            capture_metrics(where)
+        # The product's Prometheus scrapes the engine through the traffic; its dashboard's queries are
+        # asked after it (gpu_truth/live_panels.py): SGLang's panels meet real series nowhere else.
+        with live_panels().watching(args.engine, PORT, where, STORE, log) as ask_panels:
+            if args.baseline:
+                measure_baseline(judge, local, started, args, kept=kept, out=out, key=key)
+            elif started[0] == 0:
+                measure_speculative(judge, local, started, args, out=out, baseline=baseline)
+            if started[0] == 0:
+                capture_metrics(where)
+                ask_panels()
     finally:
         stop_engines()
         live_log = live_records(where) / "engine.log"
@@ -995,6 +999,14 @@ def carried_cache() -> types.ModuleType:
     """gpu_truth/carried_cache.py (it imports this module: imported when used)."""
     sys.path.insert(0, str(ROOT))
     from gpu_truth import carried_cache as module  # noqa: PLC0415
+
+    return module
+
+
+def live_panels() -> types.ModuleType:
+    """gpu_truth/live_panels.py (imported when used: run as a script, the checkout is not on the path)."""
+    sys.path.insert(0, str(ROOT))
+    from gpu_truth import live_panels as module  # noqa: PLC0415
 
     return module
 

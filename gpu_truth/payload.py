@@ -74,8 +74,9 @@ class Recipe:
     # each at its pin in pins.yaml (tools, or loaders for a weight loader's package)
     also: tuple[str, ...] = ("py-spy",)
     # Debian packages carried as .deb files into .gpu-payload/tools (`dpkg -x` there, never into /), each
-    # at the version pins.yaml gives the serving role (host.serving_<name>_version)
-    debs: tuple[str, ...] = ()
+    # at the version pins.yaml gives its role (host.serving_<name>_version or host.monitoring_<name>_version).
+    # Prometheus: the gate's measuring call asks the dashboard's queries of it (gpu_truth/live_panels.py).
+    debs: tuple[str, ...] = ("prometheus",)
     # packages the machine has in another form (a metapackage whose content it holds): name -> of
     assume: dict[str, str] = field(default_factory=dict)
     # torch carried: what torch's requirements name is carried beside it, or kept from the machine; why
@@ -113,7 +114,7 @@ RECIPES = {
         # `runai` extra; fastsafetensors and instanttensor it requires itself), and the product's prewarm
         # and the cold cases need vmtouch
         also=("py-spy", "runai-model-streamer"),
-        debs=("vmtouch",),
+        debs=("vmtouch", "prometheus"),
         optional={  # read in vllm 0.26.0's own source
             "nvidia-cutlass-dsl": "CuTe DSL kernels: every use is behind vllm/utils/import_utils.py has_cutedsl()",
             "tilelang": "vllm/utils/import_utils.py has_tilelang(): 'the optional tilelang package'",
@@ -655,13 +656,22 @@ def pinned(name: str) -> str:
     return str(found)
 
 
+def deb_pin(name: str) -> str:
+    """The Debian package NAME's version, as pins.yaml gives it to the role that installs it."""
+    pins = PINS["host"]
+    found = pins.get(f"serving_{name}_version") or pins.get(f"monitoring_{name}_version")
+    if not found:
+        raise SystemExit(f"{name}: no pin in src/specdeploy/pins.yaml (host.serving_* or host.monitoring_*)")
+    return str(found)
+
+
 def fetch_debs(names: tuple[str, ...], folder: Path) -> list[str]:
     """The Debian packages NAMES as .deb files in FOLDER (`apt-get download`), each at its pin."""
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.deb"):
         old.unlink()
     for name in names:
-        want = str(PINS["host"][f"serving_{name}_version"])
+        want = deb_pin(name)
         subprocess.run(["apt-get", "download", f"{name}={want}"], cwd=folder, check=True, capture_output=True)
     return sorted(p.name for p in folder.glob("*.deb"))
 
@@ -776,7 +786,8 @@ def plan(
     step = "python3 gpu_truth/on_device.py"
     calls = []
     for n, part in enumerate(parts):
-        tools = [str(d.relative_to(ROOT)) for d in sorted((out.parent / "tools").glob("*.deb"))] if loads else []
+        vmtouch = sorted((out.parent / "tools").glob("vmtouch_*.deb")) if loads else []
+        tools = [str(d.relative_to(ROOT)) for d in vmtouch]
         carry = [f"{rel}/{part}", *([f"{rel}/SHA256SUMS", f"{rel}/manifest.json", *tools] if n == 0 else [])]
         # The first call reads status's budget; the next one the budget left in the first one's answer.
         given = {0: f" --budget {budget_s}" if budget_s is not None else "", 1: " --left LEFT"}.get(n, "")
@@ -794,6 +805,12 @@ def plan(
             ]
             calls.insert(len(parts) - 1 + n, f"run carry={json.dumps(carry)} command={step + ' receive'!r}")
     # else the first measured start's cache goes back with its measuring call, for the next session
+    # The dashboards' Prometheus (gpu_truth/live_panels.py, 19 MB): a call of its own before the install,
+    # since a part and it together would outgrow a call's 64 MiB.
+    if any(tag in gates for tag, _ in GATE_CALLS):
+        for deb in sorted((out.parent / "tools").glob("prometheus_*.deb")):
+            carry = [str(deb.relative_to(ROOT))]
+            calls.insert(len(calls) - 1, f"run carry={json.dumps(carry)} command={step + ' receive'!r}")
     cache_out = "".join(f" --only {sub}" for sub in CARRY_CACHE.get(engine, ()))
     keep_cache = f"; {step} cache-out {engine}{cache_out}" if cache_out and carried_cache["engine"] != engine else ""
     version = f" --engine-version {release}" if release else ""

@@ -193,6 +193,27 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
                                        for c in later[-3:])  # fmt: skip
 
 
+def test_the_gate_plan_carries_the_dashboards_prometheus_in_a_call_of_its_own(tmp_path: Path, monkeypatch) -> None:
+    """The measuring call asks the dashboards' queries of a live Prometheus (gpu_truth/live_panels.py). Its
+    .deb (19 MB) travels alone before the install: with a 48 MiB part it would outgrow a call's 64 MiB.
+    Nor does it ride with the loads' vmtouch."""
+    monkeypatch.setattr(payload, "ROOT", tmp_path)
+    out = built(tmp_path, "sglang", 3)
+    tools = tmp_path / ".gpu-payload" / "tools"
+    tools.mkdir()
+    (tools / "prometheus_2.42.0+ds-5+deb12u1_amd64.deb").write_bytes(b"deb")
+    (tools / "vmtouch_1.3.1-2_amd64.deb").write_bytes(b"deb")
+    calls = payload.plan("sglang", out, "0.5.23", gates=("acc1.6",))
+    assert len(calls) == 3 + 1 + 3
+    assert "install sglang" in calls[3] and calls[4].startswith("run timeout_s=600")  # then the gate
+    carried = calls[2]
+    assert carried == ("run carry=[\".gpu-payload/tools/prometheus_2.42.0+ds-5+deb12u1_amd64.deb\"] "
+                       "command='python3 gpu_truth/on_device.py receive'")  # fmt: skip
+    assert "prometheus" not in "".join(c for c in calls if c is not carried)
+    loads = payload.plan("sglang", out, "0.5.23", gates=(), loads=("auto",))
+    assert "prometheus" not in "".join(loads) and "vmtouch" in loads[0]  # no gate: no panels asked
+
+
 def test_the_loads_plan_carries_vmtouch_first_and_times_one_loader_a_call(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(payload, "ROOT", tmp_path)
     out = built(tmp_path, "vllm", 2)
@@ -214,7 +235,11 @@ def test_what_is_carried_beside_the_engine_is_pinned_in_pins_yaml() -> None:
     with pytest.raises(SystemExit, match="no pin"):
         payload.pinned("left-pad")
     assert "runai-model-streamer" in payload.RECIPES["vllm"].also
-    assert all(f"serving_{d}_version" in payload.PINS["host"] for r in payload.RECIPES.values() for d in r.debs)
+    assert all(payload.deb_pin(d) for r in payload.RECIPES.values() for d in r.debs)
+    assert payload.deb_pin("prometheus") == payload.PINS["host"]["monitoring_prometheus_version"]  # the role's
+    assert payload.deb_pin("vmtouch") == payload.PINS["host"]["serving_vmtouch_version"]
+    with pytest.raises(SystemExit, match="no pin"):
+        payload.deb_pin("left-pad")
 
 
 def test_parts_cut_again_rejoin_into_the_same_payload(tmp_path: Path, monkeypatch) -> None:
