@@ -196,8 +196,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     if args.inventory and args.host:  # the inventory names its hosts: a --host beside it would be dropped
         raise SpecdeployError("give --inventory or --host, not both", hint="make monitor INVENTORY=... (no HOST)")
     inv = args.inventory or target_inventory(args, bring_up_testbed=False)
-    hostvars = serving_hosts.inventory_hostvars(inv)
-    opened = consoles.open_consoles(hostvars, serving_hosts.group_hosts(inv, "monitoring"), args.local_port)
+    listed = serving_hosts.read(inv)  # one `ansible-inventory` for the variables and the group
+    opened = consoles.open_consoles(listed.hostvars, listed.group("monitoring"), args.local_port)
     for console, forward in opened:
         err.print(f"{console.part}: [bold]{console.url}[/] -> {console.host} (127.0.0.1:{forward.remote_port} "
                   f"there, over SSH): {console.state}", soft_wrap=True)  # fmt: skip

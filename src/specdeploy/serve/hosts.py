@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,40 @@ def _listing(inventory: Path) -> dict[str, Any]:
     return listing
 
 
+@dataclass(frozen=True)
+class Inventory:
+    """One reading of an inventory (`ansible-inventory --list` once): its hosts' variables and its groups."""
+
+    listing: dict[str, Any]
+
+    @property
+    def hostvars(self) -> dict[str, dict[str, Any]]:
+        """Every host's variables as Ansible resolves them (group_vars included). A host with none is
+        missing from `_meta.hostvars`, yet is a host: it is taken from the groups."""
+        found: dict[str, dict[str, Any]] = self.listing.get("_meta", {}).get("hostvars", {})
+        names = dict.fromkeys([*found, *self.group("all")])  # the listing's order first, as before
+        return {name: {"inventory_hostname": name, **found.get(name, {})} for name in names}
+
+    def group(self, group: str) -> list[str]:
+        """The hosts of GROUP and of its child groups, in the inventory's order, each once."""
+
+        def members(name: str) -> list[str]:
+            entry = self.listing.get(name) or {}
+            return [*entry.get("hosts", []), *(h for child in entry.get("children", []) for h in members(child))]
+
+        return list(dict.fromkeys(members(group)))
+
+
+def read(inventory: Path) -> Inventory:
+    return Inventory(_listing(inventory))
+
+
 def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
-    """Every host's variables as Ansible resolves them (group_vars included)."""
-    hostvars: dict[str, dict[str, Any]] = _listing(inventory).get("_meta", {}).get("hostvars", {})
-    return {name: {"inventory_hostname": name, **values} for name, values in hostvars.items()}
+    return read(inventory).hostvars
 
 
 def group_hosts(inventory: Path, group: str) -> list[str]:
-    """The hosts of GROUP and of its child groups, in the inventory's order, each once."""
-    listing = _listing(inventory)
-
-    def members(name: str) -> list[str]:
-        entry = listing.get(name) or {}
-        return [*entry.get("hosts", []), *(h for child in entry.get("children", []) for h in members(child))]
-
-    return list(dict.fromkeys(members(group)))
+    return read(inventory).group(group)
 
 
 def status(inventory: Path) -> dict[str, dict[str, Any]]:

@@ -18,6 +18,10 @@ def test_group_hosts_takes_child_groups_once_each_in_order(tmp_path: Path) -> No
     assert hosts.group_hosts(inventory, "monitoring") == ["gpu-2", "ops-1"]
     assert hosts.group_hosts(inventory, "nothing") == []
     assert hosts.inventory_hostvars(inventory)["gpu-1"]["ansible_host"] == "10.0.0.1"
+    # one reading serves both (`make monitor` asked ansible-inventory twice)
+    listed = hosts.read(inventory)
+    assert listed.group("monitoring") == ["gpu-2", "ops-1"]
+    assert listed.hostvars["gpu-2"] == {"inventory_hostname": "gpu-2"}
 
 
 def test_status_lines_name_each_container_or_how_to_deploy_one() -> None:
