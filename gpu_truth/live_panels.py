@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -84,6 +86,21 @@ def record(folder: Path, engine: str, answers: dict[str, dict[str, Any]], say: C
     return answered
 
 
+def stop_left(pidfile: Path) -> None:
+    """Ends the Prometheus an earlier call left (its call cut before its own stop: it runs in its own
+    session, which outlives the call), so this one gets the port."""
+    try:
+        pid = int(pidfile.read_text())
+        if "prometheus" in Path(f"/proc/{pid}/cmdline").read_text():
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.1)
+    except (OSError, ValueError):
+        pass  # none left, or already gone
+
+
 @contextlib.contextmanager
 def watching(engine: str, engine_port: int, folder: Path, store: Path,
              say: Callable[[str], None]) -> Iterator[Callable[[], None]]:  # fmt: skip
@@ -96,6 +113,7 @@ def watching(engine: str, engine_port: int, folder: Path, store: Path,
         yield lambda: None
         return
     data = store / "prometheus"
+    stop_left(data / "prometheus.pid")
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     (data / "prometheus.yml").write_text(json.dumps(configuration(engine, engine_port), indent=2))  # JSON is YAML
@@ -105,6 +123,7 @@ def watching(engine: str, engine_port: int, folder: Path, store: Path,
              f"--web.listen-address=127.0.0.1:{PORT}"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+        (data / "prometheus.pid").write_text(str(proc.pid))
         say(f"panels: prometheus scraping the engine every {INTERVAL_S} s (pid {proc.pid})")
         try:
             yield lambda: record(folder, engine, ask(engine), say)

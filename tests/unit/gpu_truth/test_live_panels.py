@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -87,7 +88,7 @@ def test_the_carried_prometheus_runs_for_the_block_with_its_configuration(tmp_pa
     configuration on its own loopback port, and stopped when the block ends; its log comes back."""
     fake = tmp_path / "store" / "tools-root" / "usr" / "bin" / "prometheus"
     fake.parent.mkdir(parents=True)
-    fake.write_text('#!/bin/sh\necho "started with $*"\nexec sleep 60\n')
+    fake.write_text('#!/bin/sh\necho "started with $*"\nwhile :; do sleep 0.2; done\n')  # named as it runs
     fake.chmod(0o755)
     said: list[str] = []
     with live_panels.watching("sglang", 8000, tmp_path / "out", tmp_path / "store", said.append):
@@ -99,3 +100,8 @@ def test_the_carried_prometheus_runs_for_the_block_with_its_configuration(tmp_pa
     config = tmp_path / "store" / "prometheus" / "prometheus.yml"
     assert f"--config.file={config}" in log and f"--web.listen-address=127.0.0.1:{live_panels.PORT}" in log
     assert json.loads(config.read_text()) == live_panels.configuration("sglang", 8000)
+    # one an earlier call left running (its call cut before the stop) is ended before the next starts
+    left = subprocess.Popen([str(fake), "--left"], start_new_session=True)
+    (tmp_path / "store" / "prometheus" / "prometheus.pid").write_text(str(left.pid))
+    with live_panels.watching("sglang", 8000, tmp_path / "out", tmp_path / "store", said.append):
+        assert left.wait(timeout=10) is not None
