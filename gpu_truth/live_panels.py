@@ -91,7 +91,7 @@ def stop_left(pidfile: Path) -> None:
     session, which outlives the call), so this one gets the port."""
     try:
         pid = int(pidfile.read_text())
-        if "prometheus" in Path(f"/proc/{pid}/cmdline").read_text():
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "prometheus":  # not a pid since reused
             os.kill(pid, signal.SIGTERM)
             for _ in range(50):
                 if not Path(f"/proc/{pid}").exists():
@@ -107,9 +107,12 @@ def watching(engine: str, engine_port: int, folder: Path, store: Path,
     """Prometheus scraping the engine while the block runs. The callable it gives asks every panel query
     and writes FOLDER/panels.json. Without a carried Prometheus it says so and the callable does nothing.
     A Prometheus that fails is logged, never fatal to the gate."""
-    found = binary(store)
+    try:
+        found, why = binary(store), "no prometheus carried (make gpu-truth carries Debian's)"
+    except (OSError, subprocess.CalledProcessError) as exc:
+        found, why = None, f"the carried prometheus could not be unpacked ({exc})"
     if found is None:
-        say("panels: no prometheus carried (make gpu-truth carries Debian's): the dashboard queries are not asked")
+        say(f"panels: {why}: the dashboard queries are not asked")
         yield lambda: None
         return
     data = store / "prometheus"
@@ -118,15 +121,24 @@ def watching(engine: str, engine_port: int, folder: Path, store: Path,
     data.mkdir(parents=True)
     (data / "prometheus.yml").write_text(json.dumps(configuration(engine, engine_port), indent=2))  # JSON is YAML
     with (data / "prometheus.log").open("w") as log:
-        proc = subprocess.Popen(
-            [str(found), f"--config.file={data / 'prometheus.yml'}", f"--storage.tsdb.path={data / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{PORT}"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        try:
+            proc = subprocess.Popen(
+                [str(found), f"--config.file={data / 'prometheus.yml'}", f"--storage.tsdb.path={data / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{PORT}"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            say(f"panels: prometheus did not start ({exc}): the dashboard queries are not asked")
+            yield lambda: None
+            return
         (data / "prometheus.pid").write_text(str(proc.pid))
         say(f"panels: prometheus scraping the engine every {INTERVAL_S} s (pid {proc.pid})")
+
+        def ask_now() -> None:
+            record(folder, engine, ask(engine), say)
+
         try:
-            yield lambda: record(folder, engine, ask(engine), say)
+            yield ask_now
         finally:
             proc.terminate()
             try:

@@ -81,6 +81,18 @@ def test_without_a_carried_prometheus_the_gate_goes_on_and_says_why(tmp_path: Pa
     with live_panels.watching("vllm", 8000, tmp_path / "out", tmp_path / "store", said.append) as ask:
         assert ask() is None
     assert "no prometheus carried" in said[0] and not (tmp_path / "out").exists()
+    broken = tmp_path / "store" / "tools" / "prometheus_2.42.0+ds-5+deb12u1_amd64.deb"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not a deb")  # a torn transfer: dpkg -x fails, the gate goes on
+    with live_panels.watching("vllm", 8000, tmp_path / "out", tmp_path / "store", said.append) as ask:
+        assert ask() is None
+    assert "could not be unpacked" in said[1] and "not asked" in said[1]
+    unrunnable = tmp_path / "store" / "tools-root" / "usr" / "bin" / "prometheus"
+    unrunnable.parent.mkdir(parents=True)
+    unrunnable.write_text("not a program")  # not executable
+    with live_panels.watching("vllm", 8000, tmp_path / "out", tmp_path / "store", said.append) as ask:
+        assert ask() is None
+    assert said[2].startswith("panels: prometheus did not start (") and "not asked" in said[2]
 
 
 def test_the_carried_prometheus_runs_for_the_block_with_its_configuration(tmp_path: Path) -> None:
@@ -102,6 +114,10 @@ def test_the_carried_prometheus_runs_for_the_block_with_its_configuration(tmp_pa
     assert json.loads(config.read_text()) == live_panels.configuration("sglang", 8000)
     # one an earlier call left running (its call cut before the stop) is ended before the next starts
     left = subprocess.Popen([str(fake), "--left"], start_new_session=True)
+    for _ in range(100):  # Popen can return while the exec is still under way
+        if Path(f"/proc/{left.pid}/comm").read_text().strip() == "prometheus":
+            break
+        time.sleep(0.02)
     (tmp_path / "store" / "prometheus" / "prometheus.pid").write_text(str(left.pid))
     with live_panels.watching("sglang", 8000, tmp_path / "out", tmp_path / "store", said.append):
         assert left.wait(timeout=10) is not None
