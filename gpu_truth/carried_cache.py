@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
-from gpu_truth import on_device as dev
+from gpu_truth import machine
 
 NAME = "carried-cache"  # under .gpu-payload/ here and the store there (receive moves it like a payload)
 PART_MIB = 15
@@ -39,7 +39,7 @@ SEEDED = ".seeded-from-carried"
 
 def current(engine: str) -> Path:
     """The engine's cache folder the last start on this machine used (with_engine_cache made it)."""
-    folders = sorted((dev.STORE / "engine-cache").glob(f"{engine}-*"), key=lambda p: p.stat().st_mtime)
+    folders = sorted((machine.STORE / "engine-cache").glob(f"{engine}-*"), key=lambda p: p.stat().st_mtime)
     if not folders:
         raise SystemExit(f"no {engine} engine cache on this machine: start the engine first")
     return folders[-1]
@@ -54,7 +54,7 @@ def _finished(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 def cache_out(engine: str, only: list[str], out: Path | None = None) -> None:
     """The engine's current cache (or its ONLY subfolders) as xz-compressed parts in OUT, with SHA256SUMS and
     manifest.json: refused, with nothing written, when it needs more files than OUT has left."""
-    out = out or dev.OUT
+    out = out or machine.OUT
     folder = current(engine)
     subs = only or sorted(p.name for p in folder.iterdir() if p.is_dir())
     buffer = io.BytesIO()
@@ -79,14 +79,14 @@ def cache_out(engine: str, only: list[str], out: Path | None = None) -> None:
     manifest = {"key": folder.name, "engine": engine, "subfolders": subs, "bytes": raw, "compressed": len(data),
                 "parts": len(chunks), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    dev.log(f"{folder.name} ({', '.join(subs)}): {raw / 1024**2:.0f} MiB, {len(data) / 1024**2:.1f} MiB "
+    machine.log(f"{folder.name} ({', '.join(subs)}): {raw / 1024**2:.0f} MiB, {len(data) / 1024**2:.1f} MiB "
             f"compressed, {len(chunks)} parts in {out}")  # fmt: skip
 
 
 def seed(folder: Path, store: Path | None = None) -> str:
     """Fills FOLDER (an engine cache about to be mounted) from a carried cache of the same key, once.
     Returns what it did, for the log: nothing carried, another key (not used), parts missing, or seeded."""
-    carried = store or dev.STORE / NAME
+    carried = store or machine.STORE / NAME
     if not (carried / "manifest.json").is_file():
         return "no carried cache"
     manifest = json.loads((carried / "manifest.json").read_text())
@@ -94,7 +94,7 @@ def seed(folder: Path, store: Path | None = None) -> str:
         return f"the carried cache is {manifest['key']}, this start's is {folder.name}: not used"
     if (folder / SEEDED).is_file():
         return f"seeded earlier from the cache made {manifest['made']}"
-    want = dev.sums(carried)
+    want = machine.sums(carried)
     parts = sorted(n for n in want if n.startswith("part-"))
     missing = [n for n in parts if not (carried / n).is_file()]
     if missing:
@@ -112,10 +112,10 @@ def seed(folder: Path, store: Path | None = None) -> str:
 def keep(returned: Path, into: Path | None = None) -> None:
     """Here: the parts a `cache-out` call returned (its files_at folder) into .gpu-payload/carried-cache,
     checked against their SHA256SUMS, replacing what was there."""
-    into = into or dev.CARRIED / NAME
-    want = dev.sums(returned)
+    into = into or machine.CARRIED / NAME
+    want = machine.sums(returned)
     for name, digest in want.items():
-        if name.startswith("part-") and dev.sha256(returned / name) != digest:
+        if name.startswith("part-") and machine.sha256(returned / name) != digest:
             raise SystemExit(f"{returned / name}: its sha256 differs from SHA256SUMS")
     if into.is_dir():
         shutil.rmtree(into)

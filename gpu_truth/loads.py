@@ -20,15 +20,28 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from gpu_truth import on_device as dev
+from gpu_truth import machine
+
+
+class Harness(Protocol):
+    """What a case takes of on_device.py, which passes itself: the engine rendered, placed, watched and stopped
+    as a gate's start is, so a load is timed on the command the product runs."""
+
+    def inventory_vars(self, inventory: Path, overrides: list[str]) -> dict[str, Any]: ...
+    def render(self, values: dict[str, Any]) -> Any: ...
+    def place(self, link: Path, target: Path) -> None: ...
+    def watch_command(self, config: Any, args: argparse.Namespace, out: Path) -> tuple[list[str], dict[str, str]]: ...
+    def stop_engines(self) -> None: ...
+
 
 CASES = ("cold", "cold-prewarm", "warm", "warm-prewarm")
 LOADERS = ("auto", "fastsafetensors", "runai_streamer")
@@ -49,7 +62,7 @@ INVENTORY = "inventories/gpu-h200-full-depth"
 
 def real_layers() -> int:
     """The written checkpoint's default depth: one dense and three MoE layers, ~35 GB (64 GB of disk there)."""
-    sys.path.insert(0, str(dev.ROOT / "testbed"))
+    sys.path.insert(0, str(machine.ROOT / "testbed"))
     from specdeploy_testbed import real_files as maker  # noqa: PLC0415
 
     return maker.LAYERS
@@ -64,10 +77,10 @@ class LocalHost:
 
 def tools() -> Path:
     """vmtouch, unpacked from the Debian package the payload carries (`dpkg -x`, never into /)."""
-    where = dev.STORE / "tools-root"
+    where = machine.STORE / "tools-root"
     binary = where / "usr" / "bin" / "vmtouch"
     if not binary.is_file():
-        debs = sorted((dev.STORE / "tools").glob("vmtouch_*.deb"))  # `receive` keeps what the first call carried
+        debs = sorted((machine.STORE / "tools").glob("vmtouch_*.deb"))  # `receive` keeps what the first call carried
         if not debs:
             raise SystemExit("no vmtouch: carry .gpu-payload/tools/vmtouch_*.deb (make gpu-truth ENGINE=vllm)")
         subprocess.run(["dpkg", "-x", str(debs[0]), str(where)], check=True)
@@ -76,14 +89,14 @@ def tools() -> Path:
 
 def real_files(layers: int) -> Path:
     """The checkpoint's files at LAYERS deep, written once on this machine (its disk is 64 GB)."""
-    out = dev.STORE / "models" / f"kimi_k25-files-{layers}l"
+    out = machine.STORE / "models" / f"kimi_k25-files-{layers}l"
     if (out / "target" / "model.safetensors.index.json").is_file():
         return out / "target"
-    env = {**dev.os.environ, "PYTHONPATH": str(dev.ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(machine.ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "specdeploy_testbed.real_files", str(out), "--layers", str(layers)],
                           check=True, env=env, capture_output=True, text=True)  # fmt: skip
     (out / "written.json").write_text(done.stdout)
-    dev.log(f"real files written: {done.stdout.strip()}")
+    machine.log(f"real files written: {done.stdout.strip()}")
     return out / "target"
 
 
@@ -120,11 +133,11 @@ def dd(files: list[Path]) -> dict[str, Any]:
 def keep(out: Path, record: dict[str, Any]) -> None:
     """Appended to loads.jsonl in $OUT and in the store (the last call packs the whole table)."""
     line = json.dumps(record) + "\n"
-    for folder in (out, dev.STORE / "loads"):
+    for folder in (out, machine.STORE / "loads"):
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / "loads.jsonl").open("a") as f:
             f.write(line)
-    dev.log(
+    machine.log(
         f"{record.get('loader', 'dd')} {record['case']}: "
         + json.dumps(
             {k: record.get(k) for k in ("resident_before", "engine_load_s", "stage_load_s", "gb_per_s", "error")}
@@ -171,7 +184,8 @@ def wait_for_load(log_file: Path, watched: subprocess.Popen[str], bound_s: float
     return log_file.read_text(errors="replace") if log_file.is_file() else text
 
 
-def one_case(args: argparse.Namespace, target: Path, loader: str, case: str, out: Path) -> dict[str, Any]:
+def one_case(args: argparse.Namespace, harness: Harness, target: Path, *, loader: str, case: str,
+             out: Path) -> dict[str, Any]:  # fmt: skip
     files = weight_files(target)
     size = sum(p.stat().st_size for p in files)
     record: dict[str, Any] = {"loader": loader, "case": case, "engine": args.engine, "bytes": size,
@@ -184,32 +198,32 @@ def one_case(args: argparse.Namespace, target: Path, loader: str, case: str, out
     if prewarm:
         from specdeploy.serve.prewarm import Prewarmer  # noqa: PLC0415
 
-        saved_path = dev.os.environ["PATH"]
-        dev.os.environ["PATH"] = f"{tools()}:{saved_path}"  # the Prewarmer runs `vmtouch` by name
+        saved_path = os.environ["PATH"]
+        os.environ["PATH"] = f"{tools()}:{saved_path}"  # the Prewarmer runs `vmtouch` by name
         try:
             report = Prewarmer(LocalHost(), str(target)).warm()  # type: ignore[arg-type]
         finally:
-            dev.os.environ["PATH"] = saved_path
+            os.environ["PATH"] = saved_path
         record["prewarm"] = {k: getattr(report, k) for k in ("warmed", "message", "seconds", "gb_per_s",
                                                              "resident_fraction", "partial")}  # fmt: skip
     record["resident_before"] = resident(files)
     where = out / f"{loader}-{case}"
     # serving_gpus: the inventory's `none` (no Docker there) reads as a CPU build, which refuses the GPU-only
     # loaders; the container's GPU access is no part of the engine's command
-    values = dev.inventory_vars(dev.ROOT / args.inventory, [
+    values = harness.inventory_vars(machine.ROOT / args.inventory, [
         f"specdeploy_engine={args.engine}", f"serving_load_format={loader}", "serving_gpus=device_requests",
         f"serving_warm_page_cache={'true' if prewarm else 'false'}", *args.set])  # fmt: skip
-    config = dev.render(values).speculation_off()
+    config = harness.render(values).speculation_off()
     from specdeploy.serve.config import MODEL_MOUNT  # noqa: PLC0415
 
-    dev.place(Path(MODEL_MOUNT), target)
-    watch, watch_env = dev.watch_command(config, args, where)
+    harness.place(Path(MODEL_MOUNT), target)
+    watch, watch_env = harness.watch_command(config, args, where)
     started = time.monotonic()
     watched = subprocess.Popen(watch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=watch_env)
     try:
         text = wait_for_load(where / "engine.log", watched, args.load_bound)
     finally:
-        dev.stop_engines()
+        harness.stop_engines()
         try:
             watched.communicate(timeout=90)
         except subprocess.TimeoutExpired:
@@ -226,8 +240,8 @@ def one_case(args: argparse.Namespace, target: Path, loader: str, case: str, out
     return record
 
 
-def loads(args: argparse.Namespace) -> int:
-    out = dev.OUT / (args.tag or "loads")
+def loads(args: argparse.Namespace, harness: Harness) -> int:
+    out = machine.OUT / (args.tag or "loads")
     out.mkdir(parents=True, exist_ok=True)
     # the full-depth inventory's rendering (its flags; speculation off), on the written files
     args.inventory, args.form, args.layers, args.experts = INVENTORY, "real-files", args.files_layers, "384"
@@ -243,12 +257,12 @@ def loads(args: argparse.Namespace) -> int:
     for loader in args.loader:
         for case in args.case or CASES:
             try:
-                record = one_case(args, target, loader, case, out)
+                record = one_case(args, harness, target, loader=loader, case=case, out=out)
             except (OSError, subprocess.CalledProcessError, SystemExit) as exc:
                 record = {"loader": loader, "case": case, "error": repr(exc)}
             failed += bool(record.get("error"))
             keep(out, record)
-    shutil.copy(dev.STORE / "loads" / "loads.jsonl", out / "loads-all.jsonl")
+    shutil.copy(machine.STORE / "loads" / "loads.jsonl", out / "loads-all.jsonl")
     return 1 if failed else 0
 
 

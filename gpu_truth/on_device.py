@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -35,28 +34,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-STORE = Path(os.environ.get("GPU_TRUTH_STORE", "/root/gpu-truth"))
-CARRIED = ROOT / ".gpu-payload"
-OUT = Path(os.environ.get("OUT", "/tmp/gpu-truth-out"))
+# Run as a script, gpu_truth/ is on the path and the checkout is not: the harness's own modules need it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gpu_truth import carried_cache, live_panels, loads, machine
+
 PORT = 8000
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sums(folder: Path) -> dict[str, str]:
-    lines = (folder / "SHA256SUMS").read_text().splitlines()
-    return {name: digest for digest, _, name in (line.partition("  ") for line in lines if line)}
 
 
 # ---------------------------------------------------------------- receive, install
@@ -70,9 +52,9 @@ SESSION_S, MACHINE_START_S, PACK_MARGIN_S = 1800, 30, 45
 
 def held_since() -> float:
     """When this machine was taken: written by its first call (the store lives while it stays up)."""
-    mark = STORE / "held-since"
+    mark = machine.STORE / "held-since"
     if not mark.is_file():
-        STORE.mkdir(parents=True, exist_ok=True)
+        machine.STORE.mkdir(parents=True, exist_ok=True)
         mark.write_text(f"{time.time() - MACHINE_START_S:.0f}")
     return float(mark.read_text())
 
@@ -80,9 +62,9 @@ def held_since() -> float:
 def budget(seconds: int | None = None) -> int:
     """The session's device time when this machine was taken (status's budget_left_s, given to the first
     `receive`; a session resumed after a cut has less than SESSION_S)."""
-    mark = STORE / "budget"
+    mark = machine.STORE / "budget"
     if seconds is not None and not mark.is_file():
-        STORE.mkdir(parents=True, exist_ok=True)
+        machine.STORE.mkdir(parents=True, exist_ok=True)
         mark.write_text(str(seconds))
     return int(mark.read_text()) if mark.is_file() else SESSION_S
 
@@ -98,35 +80,36 @@ def receive(budget_s: int | None = None, left_s: int | None = None) -> None:
     the budget_left_s of an earlier call's answer, so the bounds count from what the lease really
     charged (a start took 267 s of it on the H100 on 2026-12-05, none on 2026-12-06: not MACHINE_START_S)."""
     if left_s is not None:
-        STORE.mkdir(parents=True, exist_ok=True)
-        (STORE / "budget").write_text(str(left_s))
-        (STORE / "held-since").write_text(f"{time.time():.0f}")
+        machine.STORE.mkdir(parents=True, exist_ok=True)
+        (machine.STORE / "budget").write_text(str(left_s))
+        (machine.STORE / "held-since").write_text(f"{time.time():.0f}")
     held_since()
     budget(budget_s)
-    for engine_dir in sorted(CARRIED.glob("*")) if CARRIED.is_dir() else []:
-        store = STORE / engine_dir.name
+    for engine_dir in sorted(machine.CARRIED.glob("*")) if machine.CARRIED.is_dir() else []:
+        store = machine.STORE / engine_dir.name
         store.mkdir(parents=True, exist_ok=True)
         for item in engine_dir.iterdir():
             if item.is_file():
                 shutil.copy2(item, store / item.name)
-    for store in sorted(p for p in STORE.glob("*") if (p / "SHA256SUMS").is_file()):
-        want = {n: d for n, d in sums(store).items() if n.startswith("part-")}
-        bad = [n for n in want if (store / n).is_file() and sha256(store / n) != want[n]]
+    for store in sorted(p for p in machine.STORE.glob("*") if (p / "SHA256SUMS").is_file()):
+        want = {n: d for n, d in machine.sums(store).items() if n.startswith("part-")}
+        bad = [n for n in want if (store / n).is_file() and machine.sha256(store / n) != want[n]]
         for name in bad:
             (store / name).unlink()
         have = sorted(n for n in want if (store / n).is_file())
         missing = sorted(set(want) - set(have))
-        log(f"{store.name}: {len(have)}/{len(want)} parts" + (f"; missing {' '.join(missing)}" if missing else "")
-            + (f"; dropped (checksum) {' '.join(bad)}" if bad else ""))  # fmt: skip
+        machine.log(f"{store.name}: {len(have)}/{len(want)} parts"
+                    + (f"; missing {' '.join(missing)}" if missing else "")
+                    + (f"; dropped (checksum) {' '.join(bad)}" if bad else ""))  # fmt: skip
 
 
 def site(engine: str) -> Path:
-    return STORE / f"site-{engine}"
+    return machine.STORE / f"site-{engine}"
 
 
 def install(engine: str, leave_out: list[str]) -> None:
-    store = STORE / engine
-    want = sums(store)
+    store = machine.STORE / engine
+    want = machine.sums(store)
     parts = sorted(n for n in want if n.startswith("part-"))
     missing = [n for n in parts if not (store / n).is_file()]
     if missing:
@@ -136,7 +119,7 @@ def install(engine: str, leave_out: list[str]) -> None:
     with tar_path.open("wb") as out:
         for name in parts:
             out.write((store / name).read_bytes())
-    if sha256(tar_path) != want["payload.tar"]:
+    if machine.sha256(tar_path) != want["payload.tar"]:
         raise SystemExit(f"{engine}: the rejoined payload's sha256 differs from SHA256SUMS")
     wheels = store / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
@@ -144,12 +127,12 @@ def install(engine: str, leave_out: list[str]) -> None:
         tar.extractall(store, filter="data")
     tar_path.unlink()
     chosen = [str(w) for w in sorted(wheels.glob("*.whl")) if not any(w.name.startswith(x) for x in leave_out)]
-    target = site(engine) if not leave_out else STORE / f"site-{engine}-without-{'-'.join(leave_out)}"
+    target = site(engine) if not leave_out else machine.STORE / f"site-{engine}-without-{'-'.join(leave_out)}"
     shutil.rmtree(target, ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
            "--disable-pip-version-check", "--target", str(target)]  # fmt: skip
     subprocess.run([*pip, *chosen], check=True)
-    log(f"{engine}: {len(chosen)} wheels installed in {target} in {time.monotonic() - started:.1f} s")
+    machine.log(f"{engine}: {len(chosen)} wheels installed in {target} in {time.monotonic() - started:.1f} s")
 
 
 # ---------------------------------------------------------------- models, rendering
@@ -157,14 +140,14 @@ def install(engine: str, leave_out: list[str]) -> None:
 
 def tiny_models(architecture: str, variant: str = "") -> Path:
     """The test bed's tiny target and MLA EAGLE-3 drafter, made here with the machine's torch."""
-    out = STORE / "models" / f"{architecture}{variant}"
+    out = machine.STORE / "models" / f"{architecture}{variant}"
     if (out / "drafter" / "SHA256SUMS").is_file():
         return out
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(machine.ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "specdeploy_testbed.tiny_models", str(out), "--always-accept",
                     "--architecture", architecture], check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
-    log(f"tiny {architecture} target + drafter made in {time.monotonic() - started:.1f} s at {out}")
+    machine.log(f"tiny {architecture} target + drafter made in {time.monotonic() - started:.1f} s at {out}")
     return out
 
 
@@ -196,14 +179,14 @@ def model_form(args: argparse.Namespace) -> dict[str, Any]:
 def full_depth_models(layers: int, experts: int) -> Path:
     """Kimi-K2.5 at its real shapes (specdeploy_testbed.real_shapes): config and tokenizer only, for
     `--load-format dummy`; LAYERS deep, EXPERTS routed experts per layer (cut to fit one GPU)."""
-    out = STORE / "models" / f"kimi_k25-full-{layers}l-{experts}e"
+    out = machine.STORE / "models" / f"kimi_k25-full-{layers}l-{experts}e"
     if (out / "drafter" / "config.json").is_file():
         return out
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(machine.ROOT / "testbed"), "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "specdeploy_testbed.real_shapes", str(out), "--layers", str(layers),
                     "--experts", str(experts)], check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
-    log(f"Kimi-K2.5 model forms ({layers} layers, {experts} routed experts) made in "
+    machine.log(f"Kimi-K2.5 model forms ({layers} layers, {experts} routed experts) made in "
         f"{time.monotonic() - started:.1f} s at {out}")  # fmt: skip
     return out
 
@@ -273,7 +256,7 @@ def memory(out: Path) -> dict[str, Any]:
     found = memory_figures(path.read_text(errors="replace").splitlines() if path.is_file() else [])
     doc = {**found.to_dict(), "summary": found.summary()}
     (out / "memory.json").write_text(json.dumps(doc, indent=2))
-    log(f"memory: {doc['summary']}")
+    machine.log(f"memory: {doc['summary']}")
     return doc
 
 
@@ -289,7 +272,7 @@ def inventory_vars(inventory: Path, overrides: list[str]) -> dict[str, Any]:
 
 def render(values: dict[str, Any]) -> Any:
     """The project's own ServingConfig from the inventory's serving_* variables, as the role hands them."""
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(machine.ROOT / "src"))
     from specdeploy.serve.config import ServingConfig  # noqa: PLC0415
 
     fields = {k.removeprefix("serving_"): v for k, v in values.items() if k.startswith("serving_")}
@@ -335,9 +318,9 @@ def capture_metrics(where: Path, base: str = "") -> None:
     try:
         with urllib.request.urlopen(f"{base or f'http://127.0.0.1:{PORT}'}/metrics", timeout=10) as resp:
             (where / "metrics.txt").write_bytes(resp.read())
-        log(f"/metrics kept: {(where / 'metrics.txt').stat().st_size} bytes")
+        machine.log(f"/metrics kept: {(where / 'metrics.txt').stat().st_size} bytes")
     except OSError as exc:
-        log(f"/metrics not kept: {exc}")
+        machine.log(f"/metrics not kept: {exc}")
 
 
 ENGINE_MARKERS = ("vllm.entrypoints", "sglang.launch_server", "sglang.srt")
@@ -430,13 +413,13 @@ def bench(config: Any, out: Path, *, prompts: int, concurrency: int, tokens: int
 def prepare(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Any]:
     """$OUT's folder for this run, the inventory's variables and the rendered config, with the
     paths the command names linked to the tiny models made here."""
-    out = OUT / args.tag if args.tag else OUT
+    out = machine.OUT / args.tag if args.tag else machine.OUT
     out.mkdir(parents=True, exist_ok=True)
-    values = inventory_vars(ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
+    values = inventory_vars(machine.ROOT / args.inventory, [f"specdeploy_engine={args.engine}", *args.set])
     models = (full_depth_models(args.layers, model_form(args)["routed_experts_per_layer"]) if args.form == "full-depth"
               else tiny_models(args.architecture))  # fmt: skip
     if args.drafter_ids:
-        variant = STORE / "models" / f"{args.architecture}-ids-{args.drafter_ids.replace(',', '-')}"
+        variant = machine.STORE / "models" / f"{args.architecture}-ids-{args.drafter_ids.replace(',', '-')}"
         if not variant.is_dir():
             shutil.copytree(models, variant, symlinks=True)
             cfg = json.loads((variant / "drafter" / "config.json").read_text())
@@ -465,19 +448,23 @@ def with_engine_cache(config: Any, args: argparse.Namespace) -> Any:
 
     if getattr(args, "no_engine_cache", False):
         return config
-    digest = sums(STORE / args.engine).get("payload.tar", "0" * 64) if (STORE / args.engine).is_dir() else "0" * 64
+    digest = (
+        machine.sums(machine.STORE / args.engine).get("payload.tar", "0" * 64)
+        if (machine.STORE / args.engine).is_dir()
+        else "0" * 64
+    )
     try:
         caps = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
                               text=True, check=False).stdout.splitlines()  # fmt: skip
     except OSError:  # no driver: the key says cpu
         caps = []
     key = engine_cache.key(args.engine, f"sha256:{digest}", engine_cache.architecture(caps))
-    folder = STORE / "engine-cache" / key
+    folder = machine.STORE / "engine-cache" / key
     folder.mkdir(parents=True, exist_ok=True)
-    log(f"engine cache {key}: {carried_cache().seed(folder)}")
+    machine.log(f"engine cache {key}: {carried_cache.seed(folder)}")
     warm = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     place(Path(engine_cache.CACHE_MOUNT), folder)
-    log(f"engine cache {key}: " + (f"warm, {warm / 1024**2:.0f} MiB" if warm else "cold"))
+    machine.log(f"engine cache {key}: " + (f"warm, {warm / 1024**2:.0f} MiB" if warm else "cold"))
     return replace(config, cache_dir=str(folder))
 
 
@@ -519,7 +506,7 @@ def watch_command(config: Any, args: argparse.Namespace, out: Path) -> tuple[lis
         "model_form": model_form(args),
     }
     (out / "command.json").write_text(json.dumps(record, indent=2))
-    log(f"rendered: {' '.join(config.command())}")
+    machine.log(f"rendered: {' '.join(config.command())}")
     watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--log-file", str(out / "engine.log"),
              "--url", f"http://127.0.0.1:{PORT}", "--json", str(out / "verdict.json"), "--no-progress",
              "--stall-timeout", str(args.stall_timeout), "--timeout", str(args.timeout or WATCH_TIMEOUT_S),
@@ -548,13 +535,13 @@ def kernels_record(config: Any, out: Path, before: dict[str, list[float]] | None
     built = sorted(k for k, v in after.items() if before.get(k) != v)
     dead = unfindable(Path(getattr(config, "cache_dir", "") or "/nonexistent"))
     record.write_text(json.dumps({"before": before, "after": after, "built": built, "unfindable": dead}, indent=2))
-    log(
+    machine.log(
         f"engine cache: {len(before)} kernels before the start, {len(after)} after; built: "
         + (", ".join(Path(k).stem for k in built) or "none")
     )
     if dead:
         names = ", ".join(Path(d).parts[2] if len(Path(d).parts) > 2 else d for d in dead)
-        log(f"engine cache: {len(dead)} JIT builds no later start can find (a file their sgl_deps.json "
+        machine.log(f"engine cache: {len(dead)} JIT builds no later start can find (a file their sgl_deps.json "
             f"records is gone): {names}")  # fmt: skip
 
 
@@ -620,7 +607,7 @@ def prebuild_jit(config: Any, args: argparse.Namespace, out: Path) -> float:
     seconds = round(time.monotonic() - started, 1)
     record["prebuilt"] = {"exit": code, "seconds": seconds, "built": built, "said": said}
     (out / "command.json").write_text(json.dumps(record, indent=2))
-    log(f"prebuild (test-only, not in the start's seconds): exit {code} in {seconds} s; built: "
+    machine.log(f"prebuild (test-only, not in the start's seconds): exit {code} in {seconds} s; built: "
         f"{', '.join(built) or 'none'}; {' | '.join(said)}")  # fmt: skip
     return seconds
 
@@ -642,7 +629,7 @@ def start_watched(config: Any, args: argparse.Namespace, out: Path) -> tuple[int
     started = time.monotonic()
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
-    log(f"watch exit {watched.returncode}: {verdict_line}")
+    machine.log(f"watch exit {watched.returncode}: {verdict_line}")
     print(watched.stdout[-4000:])
     memory(out)
     kernels_record(config, out, before)
@@ -656,7 +643,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         if code == 0 and not args.no_bench:
             result["bench"] = bench(config, out, prompts=args.prompts, concurrency=args.concurrency, tokens=args.tokens)
-            log(f"bench: {result['bench'].get('summary') or result['bench'].get('error')}")
+            machine.log(f"bench: {result['bench'].get('summary') or result['bench'].get('error')}")
             if args.engine == "sglang":
                 try:
                     info = get_json(f"http://127.0.0.1:{PORT}/get_server_info")
@@ -665,7 +652,7 @@ def serve(args: argparse.Namespace) -> int:
                     (out / "sglang-server-info.json").write_text(json.dumps(info, indent=2, default=str))
                 except Exception as exc:
                     result["sglang_server_info_error"] = repr(exc)
-                log(f"SGLang avg_spec_accept_length: {result.get('sglang_avg_spec_accept_length')}")
+                machine.log(f"SGLang avg_spec_accept_length: {result.get('sglang_avg_spec_accept_length')}")
     finally:
         stop_engines()
     (out / "result.json").write_text(json.dumps(result, indent=2))
@@ -710,18 +697,18 @@ def gate(args: argparse.Namespace) -> int:
     local = LocalExec(str(site(args.engine)), keep=out / "client-runs.jsonl")
     engine, where = (config.speculation_off(), out / "baseline") if args.baseline else (config, out / "speculative")
     key = baseline_key(judge, config, model_form(args), args.engine_version)
-    kept = STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
+    kept = machine.STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
     baseline: dict[str, Any] | None = None
     if not args.baseline:
         baseline, source = kept_baseline(kept, key, args.baseline_file)
-        log(f"baseline {key[:19]}: {source}")
+        machine.log(f"baseline {key[:19]}: {source}")
     started = start_watched(engine, args, where) if args.phase == "all" else engine_up(engine, args, where)
     if started is None:  # --phase up: the engine left READY for the next call
         return 0 if engine_groups() else 1
     try:
         # The product's Prometheus scrapes the engine through the traffic; its dashboard's queries are
         # asked after it (gpu_truth/live_panels.py): SGLang's panels meet real series nowhere else.
-        with live_panels().watching(args.engine, PORT, where, STORE, log) as ask_panels:
+        with live_panels.watching(args.engine, PORT, where, machine.STORE, machine.log) as ask_panels:
             if args.baseline:
                 measure_baseline(judge, local, started, args, kept=kept, out=out, key=key)
             elif started[0] == 0:
@@ -745,14 +732,14 @@ def measure_baseline(judge: Any, local: LocalExec, started: tuple[int, str, floa
     begun = time.monotonic()
     if code == 0:
         measured = judge.baseline(local, None)
-    log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - begun:.1f} s: "
+    machine.log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - begun:.1f} s: "
         + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
                     for p in measured["sweep"]))  # fmt: skip
     doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured, "repeats": []}
     keep(doc, kept, out)
     for n in range(2, args.repeat + 1) if code == 0 and measured.get("max_tokens") else ():
         doc["repeats"].append(judge.sweep(local, int(measured["max_tokens"])))
-        log(f"baseline, sweep {n}: " + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s')}"
+        machine.log(f"baseline, sweep {n}: " + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s')}"
                                                 for p in doc["repeats"][-1]))  # fmt: skip
         keep(doc, kept, out)
 
@@ -767,7 +754,7 @@ def measure_speculative(judge: Any, local: LocalExec, started: tuple[int, str, f
     result = judge(local, verdict, None, None, baseline)
     report = {**result.report, "start_s": started[2], "repeats": []}
     (out / "bench.json").write_text(json.dumps(report, indent=2))
-    log(result.message)
+    machine.log(result.message)
     repeats = (baseline or {}).get("repeats") or []
     tokens = int((baseline or {}).get("max_tokens") or (result.report.get("figures") or {}).get("max_tokens")
                  or rules.CALIBRATION_TOKENS)  # fmt: skip
@@ -784,7 +771,7 @@ def measure_speculative(judge: Any, local: LocalExec, started: tuple[int, str, f
                                   "speedup": {str(c): x for c, x in sorted(speedup.items())},
                                   "crossover": line})  # fmt: skip
         (out / "bench.json").write_text(json.dumps(report, indent=2))
-        log(f"sweep {n}: {line}")
+        machine.log(f"sweep {n}: {line}")
 
 
 def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, str, float] | None:
@@ -796,7 +783,7 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
     up = live_records(out)
     if args.phase == "up":
         if ready_already(config, args, up):
-            log(f"the engine an earlier --phase up started for {out.name} is READY and answers: nothing to do")
+            machine.log(f"the engine an earlier --phase up started for {out.name} is READY and answers: nothing to do")
             shutil.copytree(up, out, dirs_exist_ok=True)
             return None
         started = resumed(config, args, up)
@@ -817,7 +804,7 @@ def engine_up(config: Any, args: argparse.Namespace, out: Path) -> tuple[int, st
                                                 "starting": going}))  # fmt: skip
         shutil.copytree(up, out, dirs_exist_ok=True)
         if going:
-            log(f"still starting after {seconds} s, left running: the same gate with --phase up watches it on")
+            machine.log(f"still starting after {seconds} s, left running: the same gate with --phase up watches it on")
         return None
     if not (up / "up.json").is_file():
         raise SystemExit(f"no engine was started for {out.name}: run the same gate with --phase up first")
@@ -878,11 +865,11 @@ def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, 
     ran = json.loads((up / "command.json").read_text())["ran"]
     pid = engine_pid()
     if ran != test_only(engine_argv(config.command()), args.engine, args)[0] or pid is None:
-        log("the engine left starting is gone or runs another command: starting afresh")
+        machine.log("the engine left starting is gone or runs another command: starting afresh")
         stop_engines()
         return None
     timeout = max(60.0, bound(GATE_BOUND_S) - UP_MARGIN_S)
-    log(f"watching on the engine left starting (pid {pid}, {before['seconds']} s so far)")
+    machine.log(f"watching on the engine left starting (pid {pid}, {before['seconds']} s so far)")
     watch = [sys.executable, str(Path(__file__).resolve()), "watch", "--pid", str(pid), "--log-file",
              str(up / "engine.log"), "--url", f"http://127.0.0.1:{PORT}", "--json", str(up / "verdict.json"),
              "--no-progress", "--stall-timeout", str(args.stall_timeout), "--timeout", str(timeout),
@@ -893,7 +880,7 @@ def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, 
     watched = subprocess.run(watch, capture_output=True, text=True, check=False, env=watch_env)
     verdict_line = (watched.stdout.strip().splitlines() or ["(no verdict)"])[0]
     seconds = round(float(before["seconds"]) + time.monotonic() - begun, 1)
-    log(f"watch exit {watched.returncode}: {verdict_line} ({seconds} s since the start, over the calls)")
+    machine.log(f"watch exit {watched.returncode}: {verdict_line} ({seconds} s since the start, over the calls)")
     memory(up)
     kernels_record(config, up)
     return watched.returncode, verdict_line, seconds
@@ -901,14 +888,14 @@ def resumed(config: Any, args: argparse.Namespace, up: Path) -> tuple[int, str, 
 
 def stop(keep_starting: bool) -> None:
     if keep_starting and left_starting():
-        log("an engine a gate's --phase up left is still starting: left running for the next --phase up")
+        machine.log("an engine a gate's --phase up left is still starting: left running for the next --phase up")
         return
     stop_engines()
 
 
 def left_starting() -> bool:
     """Whether a gate's `--phase up` left an engine still starting (up.json says so, and one runs)."""
-    marks = STORE.glob("up/*/up.json") if STORE.is_dir() else []
+    marks = machine.STORE.glob("up/*/up.json") if machine.STORE.is_dir() else []
     return any(json.loads(m.read_text()).get("starting") for m in marks) and bool(engine_groups())
 
 
@@ -932,7 +919,7 @@ def engine_pid() -> int | None:
 
 def live_records(out: Path) -> Path:
     """Where a two-call gate's engine keeps its records while it runs (the store outlives each call)."""
-    return STORE / "up" / out.name
+    return machine.STORE / "up" / out.name
 
 
 def kept_baseline(kept: Path, key: str, carried: Path | None) -> tuple[dict[str, Any] | None, str]:
@@ -961,19 +948,21 @@ def keep(doc: dict[str, Any], kept: Path, out: Path) -> None:
 
 def pack(name: str) -> None:
     """Everything under $OUT into $OUT/NAME.tgz, the rest removed: one file comes back whole."""
-    target = OUT.parent / f".{name}.tgz"
+    target = machine.OUT.parent / f".{name}.tgz"
     with tarfile.open(target, "w:gz") as tar:
-        for item in sorted(OUT.iterdir()):
+        for item in sorted(machine.OUT.iterdir()):
             tar.add(item, arcname=item.name)
-    for item in OUT.iterdir():
+    for item in machine.OUT.iterdir():
         shutil.rmtree(item) if item.is_dir() else item.unlink()
-    target.rename(OUT / f"{name}.tgz")
-    log(f"packed {OUT / f'{name}.tgz'} ({(OUT / f'{name}.tgz').stat().st_size / 1024**2:.1f} MiB)")
+    target.rename(machine.OUT / f"{name}.tgz")
+    machine.log(
+        f"packed {machine.OUT / f'{name}.tgz'} ({(machine.OUT / f'{name}.tgz').stat().st_size / 1024**2:.1f} MiB)"
+    )
 
 
 def watch(rest: list[str]) -> int:
     """`specdeploy watch` without the CLI's other commands (their imports: Docker, SSH, Ansible)."""
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(machine.ROOT / "src"))
     from specdeploy.watch import cli as watch_cli  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="specdeploy watch")
@@ -993,31 +982,6 @@ def small_steps(sub: Any) -> None:
     packing.add_argument("name")
     bounding = sub.add_parser("bound", help="seconds a call may run: MOST, or what is left of the device time")
     bounding.add_argument("most", type=float)
-
-
-def carried_cache() -> types.ModuleType:
-    """gpu_truth/carried_cache.py (it imports this module: imported when used)."""
-    sys.path.insert(0, str(ROOT))
-    from gpu_truth import carried_cache as module  # noqa: PLC0415
-
-    return module
-
-
-def live_panels() -> types.ModuleType:
-    """gpu_truth/live_panels.py (imported when used: run as a script, the checkout is not on the path)."""
-    sys.path.insert(0, str(ROOT))
-    from gpu_truth import live_panels as module  # noqa: PLC0415
-
-    return module
-
-
-def loads_parser(sub: Any, engine_run: argparse.ArgumentParser) -> types.ModuleType:
-    """The loads step (gpu_truth/loads.py), its parser added to SUB."""
-    sys.path.insert(0, str(ROOT))  # run as a script: gpu_truth/ is on the path, the checkout is not
-    from gpu_truth import loads as loads_step  # noqa: PLC0415
-
-    loads_step.add_parser(sub, [engine_run])
-    return loads_step
 
 
 def main() -> int:
@@ -1083,13 +1047,13 @@ def main() -> int:
         help="up: start the engine and leave it READY; measure: the gate on the engine `up` left (two calls)",
     )
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
-    loads_step = loads_parser(sub, engine_run)
-    carried_cache().add_parser(sub)
+    loads.add_parser(sub, [engine_run])
+    carried_cache.add_parser(sub)
     args = parser.parse_args()
     if args.step == "gate":
         return gate(args)
     if args.step == "loads":
-        return loads_step.loads(args)
+        return loads.loads(args, sys.modules[__name__])
     if args.step == "bound":
         print(bound(args.most))
         return 0
@@ -1098,7 +1062,7 @@ def main() -> int:
         "stop": lambda: stop(args.keep_starting),
         "pack": lambda: pack(args.name),
         "install": lambda: install(args.engine, args.leave_out),
-        "cache-out": lambda: carried_cache().cache_out(args.engine, args.only),
+        "cache-out": lambda: carried_cache.cache_out(args.engine, args.only),
     }.get(args.step)
     if done:
         done()

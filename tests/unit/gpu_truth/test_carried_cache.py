@@ -7,7 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
-from gpu_truth import carried_cache, on_device
+from gpu_truth import carried_cache
+from gpu_truth import machine as gpu_machine
 
 KEY = "sglang-190e9617cd32-sm90"
 SO = random.Random(0).randbytes(1 << 16)  # a built module: does not compress
@@ -17,7 +18,7 @@ SO = random.Random(0).randbytes(1 << 16)  # a built module: does not compress
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A store with one engine cache the way a start leaves it: a JIT build published, another still staging."""
     store = tmp_path / "store"
-    monkeypatch.setattr(on_device, "STORE", store)
+    monkeypatch.setattr(gpu_machine, "STORE", store)
     jit = store / "engine-cache" / KEY / "sglang-jit" / "sm90" / "moe_wna16_marlin"
     (jit / "build-abc").mkdir(parents=True)
     (jit / "build-abc" / "module.so").write_bytes(SO)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from gpu_truth import loads, on_device
+from gpu_truth import machine as gpu_machine
 
 REAL_LOGS = Path(__file__).parents[2] / "data" / "real_logs"
 
@@ -139,15 +140,15 @@ def test_each_case_renders_the_operators_variables_and_keeps_the_figures(tmp_pat
     target = tmp_path / "target"
     target.mkdir()
     (target / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 2_000_000)
-    monkeypatch.setattr(loads.dev, "STORE", tmp_path / "store")
-    monkeypatch.setattr(loads.dev, "OUT", tmp_path / "out")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "OUT", tmp_path / "out")
     monkeypatch.setattr(loads, "real_files", lambda layers: target)
     monkeypatch.setattr(loads, "evict", lambda files: 0.0)
     monkeypatch.setattr(loads, "resident", lambda files: 1.0)
     monkeypatch.setattr(loads, "dd", lambda files: {"bytes": 2_000_000, "seconds": 0.01, "gb_per_s": 0.2})
-    monkeypatch.setattr(loads.dev, "place", lambda link, to: None)
+    monkeypatch.setattr(on_device, "place", lambda link, to: None)
     stopped: list[float] = []
-    monkeypatch.setattr(loads.dev, "stop_engines", lambda: stopped.append(time.monotonic()))
+    monkeypatch.setattr(on_device, "stop_engines", lambda: stopped.append(time.monotonic()))
     rendered: list[dict[str, object]] = []
 
     def watch_command(config, args, out):  # the watch and engine: a log, then the verdict at the stop
@@ -168,7 +169,7 @@ def test_each_case_renders_the_operators_variables_and_keeps_the_figures(tmp_pat
         """)
         return [sys.executable, "-c", script], {}
 
-    monkeypatch.setattr(loads.dev, "watch_command", watch_command)
+    monkeypatch.setattr(on_device, "watch_command", watch_command)
     real_popen = subprocess.Popen
 
     class Watched(real_popen):  # type: ignore[misc,valid-type]
@@ -178,7 +179,7 @@ def test_each_case_renders_the_operators_variables_and_keeps_the_figures(tmp_pat
 
     monkeypatch.setattr(loads.subprocess, "Popen", Watched)
     args = args_for("--loader", "fastsafetensors", "--case", "cold", "--case", "warm")
-    assert loads.loads(args) == 0
+    assert loads.loads(args, on_device) == 0
     assert len(rendered) == 2 and len(stopped) == 2
     assert all("--load-format" in r["argv"] and "fastsafetensors" in r["argv"] for r in rendered)
     assert "--speculative-config" not in rendered[0]["argv"]  # a load needs no drafter
@@ -192,7 +193,7 @@ def test_each_case_renders_the_operators_variables_and_keeps_the_figures(tmp_pat
 def test_a_warmed_cache_sets_the_loaders_own_environment(tmp_path: Path, monkeypatch) -> None:
     """fastsafetensors reads with O_DIRECT past the page cache unless told (specdeploy.serve.loaders): a
     prewarmed case renders FASTSAFETENSORS_ODIRECT=0, as the rollout does."""
-    values = on_device.inventory_vars(on_device.ROOT / loads.INVENTORY, [
+    values = on_device.inventory_vars(gpu_machine.ROOT / loads.INVENTORY, [
         "specdeploy_engine=vllm", "serving_load_format=fastsafetensors", "serving_gpus=device_requests",
         "serving_warm_page_cache=true"])  # fmt: skip
     assert on_device.render(values).speculation_off().environment().get("FASTSAFETENSORS_ODIRECT") == "0"

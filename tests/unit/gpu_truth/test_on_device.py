@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpu_truth import on_device
+from gpu_truth import carried_cache, on_device
+from gpu_truth import machine as gpu_machine
 
 from specdeploy.gate import rules
 from specdeploy.gate.client import WORKDIR, tar_archive
@@ -55,8 +56,8 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
     for folder in (cli.parent.parent, cli.parent, cli):
         (folder / "__init__.py").write_text("")
     (cli / "main.py").write_text(f"SPEC = {str(spec)!r}\n" + textwrap.dedent(FAKE_CLI))
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
-    monkeypatch.setattr(on_device, "OUT", tmp_path / "out")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "OUT", tmp_path / "out")
     monkeypatch.setattr(on_device, "tiny_models", lambda *_: tmp_path / "models")
     monkeypatch.setattr(on_device, "place", lambda *_: None)
     started: list[str] = []
@@ -343,7 +344,7 @@ def test_pack_leaves_one_file_holding_everything(tmp_path: Path, monkeypatch) ->
     (out / "speculative" / "diagnostics" / "x").mkdir(parents=True)
     (out / "speculative" / "diagnostics" / "x" / "stacks.txt").write_text("deep")
     (out / "bench.json").write_text("{}")
-    monkeypatch.setattr(on_device, "OUT", out)
+    monkeypatch.setattr(gpu_machine, "OUT", out)
     on_device.pack("acc2.3")
     assert [p.name for p in out.iterdir()] == ["acc2.3.tgz"]
     with tarfile.open(out / "acc2.3.tgz") as tar:
@@ -351,7 +352,7 @@ def test_pack_leaves_one_file_holding_everything(tmp_path: Path, monkeypatch) ->
 
 
 def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     now = [10_000.0]
     monkeypatch.setattr(on_device.time, "time", lambda: now[0])
     on_device.receive()  # the machine's first call marks when it was taken (its start counted in)
@@ -366,7 +367,7 @@ def test_a_gate_call_is_bounded_by_what_is_left_of_the_sessions_device_time(tmp_
 
 
 def test_the_budget_left_in_an_answer_resets_the_bounds_clock(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     now = [10_000.0]
     monkeypatch.setattr(on_device.time, "time", lambda: now[0])
     on_device.receive(1_800)  # the first call assumes a MACHINE_START_S start
@@ -382,7 +383,7 @@ def test_the_budget_left_in_an_answer_resets_the_bounds_clock(tmp_path: Path, mo
 def test_a_session_resumed_with_less_device_time_bounds_its_calls_by_what_status_said(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     now = [10_000.0]
     monkeypatch.setattr(on_device.time, "time", lambda: now[0])
     on_device.receive(1_000)
@@ -411,12 +412,14 @@ def test_the_harness_mounts_the_products_engine_cache_keyed_by_the_carried_paylo
     keyed by the payload's digest (that machine's image) and the architecture, linked at CACHE_MOUNT."""
     from specdeploy.serve import engine_cache  # noqa: PLC0415
 
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     placed: list[tuple[Path, Path]] = []
     monkeypatch.setattr(on_device, "place", lambda link, to: placed.append((link, to)))
     (tmp_path / "store" / "sglang").mkdir(parents=True)
     (tmp_path / "store" / "sglang" / "SHA256SUMS").write_text(f"{'cd' * 32}  payload.tar\n")
-    values = on_device.inventory_vars(on_device.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"])
+    values = on_device.inventory_vars(
+        gpu_machine.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"]
+    )
     args = argparse.Namespace(engine="sglang", no_engine_cache=False)
     config = on_device.with_engine_cache(on_device.render(values), args)
     folder = tmp_path / "store" / "engine-cache" / "sglang-cdcdcdcdcdcd-cpu"  # (no nvidia-smi here)
@@ -431,11 +434,11 @@ def test_the_harness_mounts_the_products_engine_cache_keyed_by_the_carried_paylo
     seeded = tmp_path / "cache-made-there" / "engine-cache" / folder.name / "sglang-jit" / "sm90"
     seeded.mkdir(parents=True)
     (seeded / "module.so").write_bytes(b"built")
-    monkeypatch.setattr(on_device, "OUT", tmp_path / "out")
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "cache-made-there")
-    on_device.carried_cache().cache_out("sglang", [])
-    on_device.carried_cache().keep(tmp_path / "out", into=tmp_path / "store" / "carried-cache")
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "OUT", tmp_path / "out")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "cache-made-there")
+    carried_cache.cache_out("sglang", [])
+    carried_cache.keep(tmp_path / "out", into=tmp_path / "store" / "carried-cache")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     on_device.with_engine_cache(on_device.render(values), args)
     assert (folder / "sglang-jit" / "sm90" / "module.so").read_bytes() == b"built"
 
@@ -507,7 +510,7 @@ def test_prebuild_jit_builds_in_the_engines_interpreter_and_environment_and_says
     env = {"SGLANG_JIT_CACHE_DIR": str(jit), "PATH": "/usr/bin:/bin"}
     (out / "command.json").write_text(json.dumps({"ran": [sys.executable, "-m", "sglang.launch_server"], "env": env}))
     said: list[str] = []
-    monkeypatch.setattr(on_device, "log", said.append)
+    monkeypatch.setattr(gpu_machine, "log", said.append)
     monkeypatch.setenv("CUDA_HOME", "/the/machines/cuda")  # the machine's own, not in command.json
     monkeypatch.setattr(on_device, "SGLANG_PREBUILD", textwrap.dedent("""
         import os, pathlib
@@ -555,7 +558,7 @@ def test_a_start_records_which_kernels_it_built_beside_those_it_found(tmp_path: 
     kept.write_bytes(b"x" * 10)
     config = types.SimpleNamespace(cache_dir=str(cache))
     before = on_device.kernels(config)
-    monkeypatch.setattr(on_device, "log", lambda line: None)
+    monkeypatch.setattr(gpu_machine, "log", lambda line: None)
     new = cache / "sglang-jit" / "sm90a" / "sgl_kernel_jit_moe_wna16_marlin" / "build-2" / "marlin.so"
     new.parent.mkdir(parents=True)
     new.write_bytes(b"y" * 20)
@@ -575,9 +578,11 @@ def test_the_engine_is_told_its_cache_through_the_folder_itself_never_the_link(t
     The variables the engine gets now name the keyed folder, which no link stands in."""
     from specdeploy.serve import engine_cache  # noqa: PLC0415
 
-    monkeypatch.setattr(on_device, "STORE", tmp_path / "store")
+    monkeypatch.setattr(gpu_machine, "STORE", tmp_path / "store")
     monkeypatch.setattr(on_device, "place", lambda link, to: None)
-    values = on_device.inventory_vars(on_device.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"])
+    values = on_device.inventory_vars(
+        gpu_machine.ROOT / "inventories/gpu-h200-full-depth", ["specdeploy_engine=sglang"]
+    )
     config = on_device.with_engine_cache(on_device.render(values), argparse.Namespace(engine="sglang",
                                                                                     no_engine_cache=False))  # fmt: skip
     env = on_device.unlinked(config.environment(), config)
@@ -622,7 +627,7 @@ def test_a_jit_build_recording_a_file_since_gone_is_named_unfindable(tmp_path: P
         "sglang-jit/sm90a/sgl_kernel_jit_rope/build-3/deps-3",
     ]
     said: list[str] = []
-    monkeypatch.setattr(on_device, "log", said.append)
+    monkeypatch.setattr(gpu_machine, "log", said.append)
     on_device.kernels_record(types.SimpleNamespace(cache_dir=str(cache)), tmp_path, {})
     record = json.loads((tmp_path / "engine-cache-kernels.json").read_text())
     assert len(record["unfindable"]) == 2
