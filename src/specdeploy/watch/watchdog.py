@@ -247,6 +247,9 @@ class Watch:
             return self._not_ready(f"readiness check failed: {exc}")
         except Exception as exc:  # a transport error mid-proof is a failure with its detail
             return self._not_ready(f"readiness check failed: {type(exc).__name__}: {exc}")
+        # What the engine printed between this poll's read and its answer (its last memory lines among
+        # them): read before the verdict is made of it (CI, 2026-12-08: a CUDA-graph line missed).
+        self._ingest()
         acceptance = None
         summary = f"model={ready.model} completion={ready.completion_tokens} tokens"
         if ready.acceptance is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdeploy.watch.readiness import Readiness
 from specdeploy.watch.sources import Liveness
 from specdeploy.watch.watchdog import Watch, WatchOptions
 
@@ -124,3 +125,26 @@ def test_a_quiet_log_while_kernels_build_is_progress_and_a_quiet_one_after_is_a_
     building = [n for n in verdict.notes if "while building kernels" in n]
     assert len(building) == 2 and "(ninja, nvcc)" in building[0] and "(cicc, ninja)" in building[1]
     assert all(note in lines for note in building)  # the operator sees why the bound did not fire
+
+
+class AnswersAtOnce:
+    """An engine whose API answers in the first poll: it printed its last lines after that poll's read."""
+
+    def health(self) -> int:
+        return 200
+
+    def prove(self, speculative: bool) -> Readiness:
+        return Readiness(model="m", completion_tokens=1, completion_text="x", acceptance=None)
+
+
+def test_the_ready_verdict_holds_the_lines_printed_before_the_engine_answered(tmp_path):
+    batches = [
+        ["(EngineCore pid=1) INFO [model_runner.py:1163] Graph capturing finished in 12 secs, took 0.77 GiB"],
+        ["(EngineCore pid=1) INFO [model_runner.py:1163] Graph capturing finished in 13 secs, took 0.52 GiB",
+         "INFO:     Application startup complete."],
+    ]  # fmt: skip
+    opts = WatchOptions(url=None, interval_s=0.01, diagnostics=tmp_path, progress=False)
+    watch = Watch(FakeSource(batches, Liveness(True, state="running"), alive_after=True), opts)
+    watch.probe = AnswersAtOnce()  # type: ignore[assignment]
+    verdict = watch.run()
+    assert verdict.status == "READY" and verdict.memory["cuda_graph_gib"] == [0.77, 0.52]
