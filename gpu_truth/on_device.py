@@ -361,9 +361,10 @@ class LocalExec:
     its files and commands are this machine's; the client (`vllm ...`, `python3 -m ...`) runs on this
     python3 with one engine's carried site alone (SGLang's pins, openai among them, would shadow vLLM's)."""
 
-    def __init__(self, engine_sites: str, keep: Path | None = None) -> None:
+    def __init__(self, engine_sites: str, keep: Path | None = None, rust_bench: Path | None = None) -> None:
         self.env = {**os.environ, "PYTHONPATH": engine_sites, "HF_HUB_OFFLINE": "1"}
         self.keep = keep  # each client run's result, appended as it finishes (a cut call keeps them)
+        self.rust_bench = rust_bench  # vLLM's own Rust client, run for `vllm bench serve` (rust_client)
         # The client's folder (gate.client.WORKDIR, fixed inside a container) made private here: two runs
         # on one machine (a CI run and the unit tests beside it, 2026-12-07) overwrote each other's results.
         self.folder = tempfile.TemporaryDirectory(prefix="specdeploy-bench-")  # removed with this object
@@ -383,7 +384,8 @@ class LocalExec:
         argv = [self.here(a) for a in cmd]
         if "vllm" in argv:
             at = argv.index("vllm")
-            argv[at : at + 1] = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+            rust = self.rust_bench is not None and argv[at + 1 : at + 3] == ["bench", "serve"]
+            argv[at : at + 1] = [str(self.rust_bench)] if rust else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
         argv = [sys.executable if a == "python3" else a for a in argv]
         done = subprocess.run(argv, capture_output=True, env={**self.env, **(environment or {})}, check=False)
         output = (done.stdout, done.stderr) if demux else done.stdout + done.stderr
@@ -682,6 +684,31 @@ def baseline_key(judge: Any, config: Any, form: dict[str, Any], engine_version: 
     return str(judge.baseline_key(f"{config.baseline_digest()} {json.dumps(form, sort_keys=True)}", engine_version))
 
 
+# vLLM >= 0.33 ships its benchmark client in Rust beside the Python one (`vllm/vllm-rs`): the binary
+# `VLLM_USE_RUST_BENCH=1 vllm bench serve` execs with the same arguments (vllm/entrypoints/cli/benchmark/
+# main.py), here run directly. The Python client spends ~20 s of each run importing vLLM and loading the
+# tokenizer (H100, 2026-12-06: the runs 31-36 s apart for levels of 10-17 s), eight runs a gate call.
+RUST_CLIENT = "vllm-rs bench serve"
+
+
+def rust_client(args: argparse.Namespace) -> Path | None:
+    """The carried vLLM's Rust client when --rust-client asks for it; refused where the release has none."""
+    if not getattr(args, "rust_client", False):
+        return None
+    binary = site(args.engine) / "vllm" / "vllm-rs"
+    if args.engine != "vllm" or not binary.is_file():
+        raise SystemExit(f"--rust-client: no {binary} (vLLM 0.33's wheel ships it; SGLang has none): "
+                         "run the gate without --rust-client")  # fmt: skip
+    binary.chmod(binary.stat().st_mode | 0o111)
+    return binary
+
+
+def client_name(args: argparse.Namespace) -> str:
+    from specdeploy.gate.client import name  # noqa: PLC0415
+
+    return RUST_CLIENT if getattr(args, "rust_client", False) else name(args.engine)
+
+
 def gate(args: argparse.Namespace) -> int:
     """The gate's sweep and speculation-off baseline, as a rollout runs them, in two device calls
     (each under the per-call limit): `--baseline` measures the same flags without the drafter and
@@ -694,9 +721,11 @@ def gate(args: argparse.Namespace) -> int:
     out, values, config = prepare(args)  # (puts the checkout's src/ on the path)
     judge = benchmark_gate(values, config)
     # the engine's own client, from its own site; each of its runs kept in $OUT as it finishes
-    local = LocalExec(str(site(args.engine)), keep=out / "client-runs.jsonl")
+    local = LocalExec(str(site(args.engine)), keep=out / "client-runs.jsonl", rust_bench=rust_client(args))
     engine, where = (config.speculation_off(), out / "baseline") if args.baseline else (config, out / "speculative")
-    key = baseline_key(judge, config, model_form(args), args.engine_version)
+    # a sweep divides by a baseline measured with the same client: the Rust one joins the key
+    form = model_form(args) | ({"client": RUST_CLIENT} if args.rust_client else {})
+    key = baseline_key(judge, config, form, args.engine_version)
     kept = machine.STORE / "baselines" / f"{key.removeprefix('sha256:')[:16]}.json"
     baseline: dict[str, Any] | None = None
     if not args.baseline:
@@ -735,7 +764,8 @@ def measure_baseline(judge: Any, local: LocalExec, started: tuple[int, str, floa
     machine.log(f"baseline: READY in {seconds} s, measured in {time.monotonic() - begun:.1f} s: "
         + ", ".join(f"{p['concurrency']}: {p.get('output_tokens_per_s', p.get('error'))}"
                     for p in measured["sweep"]))  # fmt: skip
-    doc = {"key": key, "start_s": seconds, "verdict": verdict_line, **measured, "repeats": []}
+    doc = {"key": key, "start_s": seconds, "verdict": verdict_line, "client": client_name(args), **measured,
+           "repeats": []}  # fmt: skip
     keep(doc, kept, out)
     for n in range(2, args.repeat + 1) if code == 0 and measured.get("max_tokens") else ():
         doc["repeats"].append(judge.sweep(local, int(measured["max_tokens"])))
@@ -752,7 +782,7 @@ def measure_speculative(judge: Any, local: LocalExec, started: tuple[int, str, f
 
     verdict = json.loads((out / "speculative" / "verdict.json").read_text())
     result = judge(local, verdict, None, None, baseline)
-    report = {**result.report, "start_s": started[2], "repeats": []}
+    report = {**result.report, "start_s": started[2], "client": client_name(args), "repeats": []}
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     machine.log(result.message)
     repeats = (baseline or {}).get("repeats") or []
@@ -1047,6 +1077,11 @@ def main() -> int:
         help="up: start the engine and leave it READY; measure: the gate on the engine `up` left (two calls)",
     )
     gat.add_argument("--repeat", type=int, default=1, help="sweeps of the same READY engine (each its own crossover)")
+    gat.add_argument(
+        "--rust-client",
+        action="store_true",
+        help=f"vLLM: the gate's client runs as {RUST_CLIENT} (the carried release's own, same flags)",
+    )
     loads.add_parser(sub, [engine_run])
     carried_cache.add_parser(sub)
     args = parser.parse_args()

@@ -764,6 +764,17 @@ REPEATS = 2
 CARRY_CACHE = {"sglang": ("sglang-jit",)}
 
 
+def rust_measured(baseline_file: str) -> bool:
+    """vLLM's gate runs its Rust client (on_device.RUST_CLIENT: ~20 s less a client run) unless the carried
+    baseline was measured by another client: a sweep divides only by a baseline of the same client."""
+    if not baseline_file:
+        return True
+    sys.path.insert(0, str(ROOT))
+    from gpu_truth.on_device import RUST_CLIENT  # noqa: PLC0415
+
+    return bool(json.loads((ROOT / baseline_file).read_text()).get("client") == RUST_CLIENT)
+
+
 def plan(
     engine: str,
     out: Path,
@@ -818,6 +829,7 @@ def plan(
     # second up call watches it on to its verdict, at once when it is READY.
     again = True
     carried = f" --baseline-file {baseline_file}" if baseline_file else ""
+    client = " --rust-client" if engine == "vllm" and rust_measured(baseline_file) else ""
     bound = f"timeout -s INT $({step} bound {GATE_BOUND_S})"
     for tag, asked in ((t, h) for t, h in GATE_CALLS if t in gates):
         how = asked if asked == "--baseline" else asked + carried
@@ -825,7 +837,7 @@ def plan(
         # built one after the other by the engine they took ~600 s of a cold H100 start (2026-12-07).
         prebuild = " --prebuild-jit" if engine == "sglang" else ""
         gate = (f"PYTHONUNBUFFERED=1 {bound} {step} gate {engine} --inventory inventories/gpu-h200-full-depth "
-                f"--form full-depth --dummy-load{version}{prebuild} {how}")  # fmt: skip
+                f"--form full-depth --dummy-load{version}{prebuild}{client} {how}")  # fmt: skip
         # A cold full-depth start took 442 s of a call's 570 (H100, 2026-12-05): the start gets a call
         # and leaves the engine READY (its own process session outlives the call); the next measures it.
         # `stop --keep-starting`: an engine an earlier up call left still starting is watched on, not stopped

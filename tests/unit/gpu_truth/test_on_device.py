@@ -143,6 +143,30 @@ def test_a_gate_in_two_calls_measures_the_engine_the_first_left_ready(machine: M
     assert "startup complete" in log and log.endswith("200 OK\n")  # the start, then the measuring's traffic
 
 
+def test_the_rust_client_measures_in_its_own_key_and_is_named(machine: Machine, monkeypatch) -> None:
+    """--rust-client runs vLLM's own Rust binary for `vllm bench serve` (simulated here: the same result
+    file, and each run's argv noted); a baseline another client measured is not divided by."""
+    rust = machine.root / "store" / "site-vllm" / "vllm" / "vllm-rs"
+    ran = machine.root / "rust-runs"
+    rust.write_text(f"#!{sys.executable}\nimport sys\nopen({str(ran)!r}, 'a').write(' '.join(sys.argv[1:3]) + '\\n')\n"
+                    "SPEC = " + repr(str(machine.root / "spec-on")) + "\n" + textwrap.dedent(FAKE_CLI))  # fmt: skip
+    assert call("--baseline", "--engine-version", "0.33.0", monkeypatch=monkeypatch) == 0  # the Python client
+    assert not ran.exists()
+    python_key = json.loads((machine.root / "out" / "baseline.json").read_text())["key"]
+    assert call("--engine-version", "0.33.0", "--rust-client", monkeypatch=monkeypatch) == 0
+    assert ran.read_text().splitlines()[0] == "bench serve"  # the binary, not python -m vllm...
+    bench = json.loads((machine.root / "out" / "bench.json").read_text())
+    assert bench["baseline"] is None and bench["client"] == on_device.RUST_CLIENT  # not the Python client's
+    assert call("--baseline", "--engine-version", "0.33.0", "--rust-client", monkeypatch=monkeypatch) == 0
+    kept = json.loads((machine.root / "out" / "baseline.json").read_text())
+    assert kept["key"] != python_key and kept["client"] == on_device.RUST_CLIENT
+    assert call("--engine-version", "0.33.0", "--rust-client", monkeypatch=monkeypatch) == 0
+    assert json.loads((machine.root / "out" / "bench.json").read_text())["speedup"] == {"1": 1.3, "4": 1.3, "16": 1.3}
+    rust.unlink()
+    with pytest.raises(SystemExit, match=r"--rust-client: no .*vllm-rs"):
+        call("--engine-version", "0.33.0", "--rust-client", monkeypatch=monkeypatch)
+
+
 def test_the_local_exec_runs_the_command_here_and_splits_its_streams(tmp_path: Path) -> None:
     local = on_device.LocalExec(str(tmp_path))
     done = local.exec_run(["sh", "-c", "echo out; echo err >&2; exit 3"], environment={"X": "1"}, demux=True)

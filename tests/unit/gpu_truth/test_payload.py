@@ -161,6 +161,8 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     assert "gate sglang --inventory inventories/gpu-h200-full-depth --form full-depth --dummy-load" in up
     assert "--engine-version 0.5.23 --prebuild-jit --baseline --phase up" in up and "pack spec-off-up" in up
     assert "--prebuild-jit" not in "".join(payload.plan("vllm", out, "0.33.0"))  # SGLang's kernels only
+    assert "--rust-client" not in "".join(calls) and "--rust-client --baseline --phase up" in "".join(
+        payload.plan("vllm", out, "0.33.0"))  # vLLM's own Rust client; SGLang's release has none  # fmt: skip
     assert again.startswith("run timeout_s=600 command='PYTHONUNBUFFERED=1") and "--baseline --phase up" in again
     assert f"--baseline --phase measure --repeat {payload.REPEATS}" in measure and "pack spec-off;" in measure
     # the first measured start's JIT kernels go back for the next session's machine, once
@@ -191,6 +193,17 @@ def test_the_device_plan_carries_one_part_a_call_then_runs_the_gate_at_full_dept
     later = payload.plan("sglang", out, "0.5.23", gates=("acc2.3",), baseline_file="kept/baseline.json")
     assert len(later) == 3 + 2 + 3 and all("--acceptance 2.3 --baseline-file kept/baseline.json --phase" in c
                                        for c in later[-3:])  # fmt: skip
+
+
+def test_a_vllm_plan_keeps_the_client_its_carried_baseline_was_measured_with(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(payload, "ROOT", tmp_path)
+    out = built(tmp_path, "vllm", 1)
+    (tmp_path / "python.json").write_text(json.dumps({"key": "sha256:0", "sweep": []}))  # before the Rust client
+    (tmp_path / "rust.json").write_text(json.dumps({"key": "sha256:1", "client": on_device.RUST_CLIENT}))
+    older = payload.plan("vllm", out, "0.33.0", gates=("acc2.3",), baseline_file="python.json")
+    assert "--rust-client" not in "".join(older) and "--baseline-file python.json" in older[-1]
+    rust = payload.plan("vllm", out, "0.33.0", gates=("acc2.3",), baseline_file="rust.json")
+    assert all("--rust-client --acceptance 2.3 --baseline-file rust.json" in c for c in rust[-3:])
 
 
 def test_the_gate_plan_carries_the_dashboards_prometheus_in_a_call_of_its_own(tmp_path: Path, monkeypatch) -> None:
