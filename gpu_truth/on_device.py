@@ -687,13 +687,13 @@ def baseline_key(judge: Any, config: Any, form: dict[str, Any], engine_version: 
 # vLLM >= 0.33 ships its benchmark client in Rust beside the Python one (`vllm/vllm-rs`): the binary
 # `VLLM_USE_RUST_BENCH=1 vllm bench serve` execs with the same arguments (vllm/entrypoints/cli/benchmark/
 # main.py), here run directly. The Python client spends ~20 s of each run importing vLLM and loading the
-# tokenizer (H100, 2026-12-06: the runs 31-36 s apart for levels of 10-17 s), eight runs a gate call.
+# tokenizer (H100, 2026-12-06: the runs 31-36 s apart for levels of 10-17 s), ten runs a measuring call.
 RUST_CLIENT = "vllm-rs bench serve"
 
 
 def rust_client(args: argparse.Namespace) -> Path | None:
     """The carried vLLM's Rust client when --rust-client asks for it; refused where the release has none."""
-    if not getattr(args, "rust_client", False):
+    if not args.rust_client:
         return None
     binary = site(args.engine) / "vllm" / "vllm-rs"
     if args.engine != "vllm" or not binary.is_file():
@@ -706,7 +706,7 @@ def rust_client(args: argparse.Namespace) -> Path | None:
 def client_name(args: argparse.Namespace) -> str:
     from specdeploy.gate.client import name  # noqa: PLC0415
 
-    return RUST_CLIENT if getattr(args, "rust_client", False) else name(args.engine)
+    return RUST_CLIENT if args.rust_client else name(args.engine)
 
 
 def gate(args: argparse.Namespace) -> int:

@@ -56,10 +56,6 @@ def inventory_hostvars(inventory: Path) -> dict[str, dict[str, Any]]:
     return read(inventory).hostvars
 
 
-def group_hosts(inventory: Path, group: str) -> list[str]:
-    return read(inventory).group(group)
-
-
 def status(inventory: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for name, hostvars in inventory_hostvars(inventory).items():

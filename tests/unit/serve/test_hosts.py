@@ -8,15 +8,15 @@ from pathlib import Path
 from specdeploy.serve import hosts
 
 
-def test_group_hosts_takes_child_groups_once_each_in_order(tmp_path: Path) -> None:
+def test_a_group_takes_child_groups_once_each_in_order(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         "all:\n  children:\n    gpus:\n      hosts:\n        gpu-1: {ansible_host: 10.0.0.1}\n        gpu-2: {}\n"
         "    monitoring:\n      hosts:\n        gpu-2: {}\n      children:\n        extra:\n          hosts:\n"
         "            ops-1: {}\n            gpu-2: {}\n"
     )
-    assert hosts.group_hosts(inventory, "monitoring") == ["gpu-2", "ops-1"]
-    assert hosts.group_hosts(inventory, "nothing") == []
+    assert hosts.read(inventory).group("monitoring") == ["gpu-2", "ops-1"]
+    assert hosts.read(inventory).group("nothing") == []
     assert hosts.inventory_hostvars(inventory)["gpu-1"]["ansible_host"] == "10.0.0.1"
     # one reading serves both (`make monitor` asked ansible-inventory twice)
     listed = hosts.read(inventory)
